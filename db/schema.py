@@ -1,0 +1,68 @@
+"""Schema set-up for ``ingest init``: database, tables, missing columns, consumer group."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import peewee
+from playhouse.migrate import MySQLMigrator, SqliteMigrator, migrate
+
+from db.database import create_database_if_missing, database, init_database, is_mysql, unit
+from db.models import ALL_MODELS, SchemaVersion
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class InitReport:
+    """What ``init_schema`` changed; empty lists mean the schema was already current."""
+
+    created_database: bool = False
+    created_tables: list[str] = field(default_factory=list)
+    added_columns: list[str] = field(default_factory=list)
+    added_indexes: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.created_database or self.created_tables or self.added_columns or self.added_indexes)
+
+
+def init_schema(db_url: str) -> InitReport:
+    """Create the database if missing, the tables, and columns an older schema lacks."""
+    report = InitReport(created_database=create_database_if_missing(db_url))
+    init_database(db_url)
+    db = database.obj
+    with unit():
+        existing = set(db.get_tables())
+        for model in ALL_MODELS:
+            table = model._meta.table_name
+            if table not in existing:
+                db.create_tables([model], safe=True)
+                report.created_tables.append(table)
+                continue
+            _bring_up_to_date(db, model, report)
+        row = SchemaVersion.get_or_none(SchemaVersion.id == 1)
+        if row is None:
+            SchemaVersion.insert(id=1, version=SCHEMA_VERSION).execute()
+        elif row.version < SCHEMA_VERSION:
+            SchemaVersion.update(version=SCHEMA_VERSION).where(SchemaVersion.id == 1).execute()
+    return report
+
+
+def _bring_up_to_date(db: peewee.Database, model: type[peewee.Model], report: InitReport) -> None:
+    table = model._meta.table_name
+    have = {c.name for c in db.get_columns(table)}
+    migrator = MySQLMigrator(db) if is_mysql() else SqliteMigrator(db)
+    ops = []
+    for name, fld in model._meta.fields.items():
+        if fld.column_name not in have:
+            ops.append(migrator.add_column(table, fld.column_name, fld))
+            report.added_columns.append(f"{table}.{fld.column_name}")
+    if ops:
+        migrate(*ops)
+    have_indexes = {i.name for i in db.get_indexes(table)}
+    for index in model._meta.fields_to_index():
+        name = index._name
+        if name not in have_indexes:
+            db.execute(index.safe(True))
+            report.added_indexes.append(name)

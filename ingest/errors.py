@@ -1,0 +1,66 @@
+"""Errors named by cause, and how the executor treats each.
+
+    IngestError
+    ├── RetryableError   retried in place with backoff and jitter, the slot kept
+    │                    (a lost database or Redis connection, a deadlock, a service timeout)
+    ├── PermanentError   the task row fails at once with the reason (not a dead letter)
+    │   └── BadDocument  content the parser cannot read (corrupt PDF, random bytes, …)
+    ├── BadMessage       a stream message outside the contract: dead-lettered with the reason
+    └── SubmitRefused    a file refused at submit (unreadable, empty, too large)
+
+``is_retryable`` also recognises the database's and Redis's own connection errors.
+"""
+
+from __future__ import annotations
+
+import peewee
+
+from db.database import RETRYABLE_DB_ERRORS
+from db.streams import RETRYABLE_REDIS_ERRORS
+
+# MySQL error codes that are worth another try: deadlock, lock wait timeout, server gone/lost.
+_RETRYABLE_MYSQL_CODES = frozenset({1205, 1213, 2002, 2003, 2006, 2013, 2055})
+
+
+class IngestError(Exception):
+    """Base of the project's own errors."""
+
+
+class RetryableError(IngestError):
+    """A transient failure: try again after a delay."""
+
+
+class PermanentError(IngestError):
+    """A failure that another try cannot fix: fail the task with this reason."""
+
+
+class BadDocument(PermanentError):
+    """The document's content cannot be read by its parser."""
+
+
+class BadMessage(IngestError):
+    """A stream message that is not a message of the contract."""
+
+
+class SubmitRefused(IngestError):
+    """A file the producer would not enqueue; the message names the file and why."""
+
+
+def is_retryable(exc: BaseException) -> bool:
+    if isinstance(exc, RetryableError):
+        return True
+    if isinstance(exc, PermanentError):
+        return False
+    if isinstance(exc, RETRYABLE_REDIS_ERRORS):
+        return True
+    if isinstance(exc, RETRYABLE_DB_ERRORS):
+        args = getattr(exc, "args", ())
+        code = args[0] if args and isinstance(args[0], int) else None
+        orig = getattr(exc, "__cause__", None) or getattr(exc, "__context__", None)
+        if code is None and orig is not None and getattr(orig, "args", None):
+            first = orig.args[0]
+            code = first if isinstance(first, int) else None
+        return code is None or code in _RETRYABLE_MYSQL_CODES
+    if isinstance(exc, peewee.IntegrityError):
+        return False
+    return isinstance(exc, (ConnectionError, TimeoutError))

@@ -1,0 +1,57 @@
+"""The Lua-guarded stream writes: one live entry per task, owner-checked ack, hand-back, renew."""
+
+from __future__ import annotations
+
+from db.streams import AckItem
+
+
+def _read(rclient, keys, consumer, stream):
+    resp = rclient.xreadgroup(keys.group, consumer, {stream: ">"}, count=10)
+    return [(s, eid, fields) for s, entries in resp for eid, fields in entries]
+
+
+def test_publish_is_guarded_by_the_published_key(streams, rclient, keys):
+    msgs = [{"id": "a", "priority": 0}, {"id": "b", "priority": 1}, {"id": "a", "priority": 0}]
+    ids = streams.publish_many(msgs)
+    assert ids[0] and ids[1] and ids[2] is None
+    assert rclient.xlen(keys.queue(0)) == 1 and rclient.xlen(keys.queue(1)) == 1
+    assert 0 < rclient.ttl(keys.published("a")) <= 7 * 86400
+
+
+def test_ack_checks_owner_then_acks_deletes_and_clears_published(streams, rclient, keys):
+    (eid,) = streams.publish_many([{"id": "a", "priority": 0}])
+    [(stream, got, _)] = _read(rclient, keys, "c1", keys.queue(0))
+    assert got == eid
+    assert streams.ack("c2", [AckItem(stream, eid, "a")]) == [False]
+    assert rclient.xlen(stream) == 1
+    assert streams.ack("c1", [AckItem(stream, eid, "a")]) == [True]
+    assert rclient.xlen(stream) == 0 and not rclient.exists(keys.published("a"))
+    assert rclient.xpending(stream, keys.group)["pending"] == 0
+
+
+def test_ack_with_reason_dead_letters_in_the_same_step(streams, rclient, keys):
+    (eid,) = streams.publish_many([{"id": "a", "priority": 0}])
+    [(stream, _, fields)] = _read(rclient, keys, "c1", keys.queue(0))
+    item = AckItem(stream, eid, "a", dead_reason="bad", raw=fields["message"], deliveries=1)
+    assert streams.ack("c1", [item]) == [True]
+    [(_, dead)] = rclient.xrange(keys.dead)
+    assert dead["reason"] == "bad" and dead["task_id"] == "a" and dead["message"] == fields["message"]
+
+
+def test_hand_back_republishes_only_when_still_owned(streams, rclient, keys):
+    (eid,) = streams.publish_many([{"id": "a", "priority": 0}])
+    [(stream, _, _)] = _read(rclient, keys, "c1", keys.queue(0))
+    assert streams.hand_back("c2", stream, eid, {"id": "a", "priority": 0}) is None
+    new = streams.hand_back("c1", stream, eid, {"id": "a", "priority": 0})
+    assert new and new != eid
+    assert [e for e, _ in rclient.xrange(stream)] == [new]
+    assert rclient.get(keys.published("a")) == f"{stream} {new}"
+    assert rclient.xpending(stream, keys.group)["pending"] == 0
+
+
+def test_renew_reports_owned_stolen_and_gone(streams, rclient, keys):
+    e1, e2 = streams.publish_many([{"id": "a", "priority": 0}, {"id": "b", "priority": 0}])
+    stream = keys.queue(0)
+    _read(rclient, keys, "c1", stream)
+    rclient.xclaim(stream, keys.group, "c2", 0, [e2], justid=True)
+    assert streams.renew("c1", [(stream, e1), (stream, e2), (stream, "1-1")]) == [1, 0, -1]
