@@ -54,7 +54,7 @@ def _bring_up_to_date(db: peewee.Database, model: type[peewee.Model], report: In
     have = {c.name for c in db.get_columns(table)}
     migrator = MySQLMigrator(db) if is_mysql() else SqliteMigrator(db)
     ops = []
-    for name, fld in model._meta.fields.items():
+    for fld in model._meta.fields.values():
         if fld.column_name not in have:
             ops.append(migrator.add_column(table, fld.column_name, fld))
             report.added_columns.append(f"{table}.{fld.column_name}")

@@ -27,10 +27,8 @@ class Router:
         self._handlers: dict[str, Handler] = {}
 
     def register(self, task_type: str, handler: Handler) -> None:
-        if not inspect.iscoroutinefunction(handler) and not inspect.iscoroutinefunction(
-            getattr(handler, "__call__", None)
-        ):
-            raise TypeError(f"handler for {task_type!r} must be an async function")
+        if not callable(handler):
+            raise TypeError(f"handler for {task_type!r} must be callable")
         self._handlers[task_type] = handler
 
     def handler_for(self, task_type: str) -> Handler | None:
