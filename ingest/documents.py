@@ -1,0 +1,82 @@
+"""A document's state follows its current generation's tasks and chunks.
+
+Whoever finishes a task (the executor's finisher, the producer when a digest is reused, a
+cancel) calls :func:`recompute_documents` inside the same transaction, after
+:func:`lock_documents`, so two finishers of one document never interleave.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import peewee
+
+from db.database import lock_for_update
+from db.models import CANCELLED, DONE, QUEUED, RUNNING, TERMINAL_STATES, Chunk, Document, Task, now_ms
+
+
+def lock_documents(doc_ids: Iterable[str]) -> None:
+    """``SELECT … FOR UPDATE`` the document rows, in id order (no deadlock between batches)."""
+    ids = sorted(set(doc_ids))
+    if ids:
+        list(lock_for_update(Document.select(Document.id).where(Document.id.in_(ids))))
+
+
+def document_run_state(statuses: list[str]) -> str:
+    """``done`` when every task is done; when all are terminal, ``cancelled`` if every unfinished
+    one was cancelled, else ``failed``; ``running`` while any runs; else ``queued``."""
+    if not statuses:
+        return QUEUED
+    if all(s == DONE for s in statuses):
+        return DONE
+    if all(s in TERMINAL_STATES for s in statuses):
+        rest = [s for s in statuses if s != DONE]
+        return CANCELLED if all(s == CANCELLED for s in rest) else "failed"
+    if any(s == RUNNING for s in statuses):
+        return RUNNING
+    return QUEUED
+
+
+def recompute_documents(doc_ids: Iterable[str]) -> None:
+    """Recompute run state, progress, chunk and token counts of each document.
+
+    When a generation is done, chunks of that document's older generations are removed.
+    Call inside a transaction that has locked the documents.
+    """
+    for doc in Document.select().where(Document.id.in_(sorted(set(doc_ids)))):
+        _recompute(doc)
+
+
+def _recompute(doc: Document) -> None:
+    tasks = list(
+        Task.select(Task.status, Task.progress, Task.process_duration)
+        .where((Task.doc_id == doc.id) & (Task.generation == doc.generation))
+        .tuples()
+    )
+    statuses = [t[0] for t in tasks]
+    run = document_run_state(statuses)
+    if run == DONE:
+        progress = 1.0
+    elif run in TERMINAL_STATES or run == "failed":
+        progress = -1.0
+    else:
+        progress = sum(max(0.0, t[1]) for t in tasks) / len(tasks) if tasks else 0.0
+    chunk_num, token_num = (
+        Chunk.select(peewee.fn.COUNT(Chunk.id), peewee.fn.COALESCE(peewee.fn.SUM(Chunk.token_num), 0))
+        .where((Chunk.doc_id == doc.id) & (Chunk.generation == doc.generation))
+        .tuples()
+        .get()
+    )
+    if run == DONE:
+        Chunk.delete().where((Chunk.doc_id == doc.id) & (Chunk.generation < doc.generation)).execute()
+    counts = {s: statuses.count(s) for s in sorted(set(statuses))}
+    summary = ", ".join(f"{n} {s}" for s, n in counts.items())
+    Document.update(
+        run=run,
+        progress=progress,
+        chunk_num=int(chunk_num),
+        token_num=int(token_num or 0),
+        process_duration=sum(t[2] or 0.0 for t in tasks),
+        progress_msg=f"{len(tasks)} task(s): {summary}",
+        update_time=now_ms(),
+    ).where(Document.id == doc.id).execute()
