@@ -6,10 +6,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import redis
 import trio
 
 from db.config import Settings
 from db.database import unit
+from db.keys import Keys
 from db.streams import Entry
 
 T = TypeVar("T")
@@ -76,3 +78,15 @@ class TaskContext:
     def report(self, fraction: float | None = None, msg: str = "") -> None:
         """Record progress; the executor writes it to the row (throttled, monotonic, fenced)."""
         self.progress(fraction, msg)
+
+
+@dataclass
+class ExecutorEnv:
+    """What a handler factory gets once per executor process (``make_handler(env)``)."""
+
+    settings: Settings
+    limiters: Limiters
+    consumer: str
+    redis: redis.Redis
+    keys: Keys
+    resources: dict[str, Any] = field(default_factory=dict)  # shared objects (e.g. the embedder)
