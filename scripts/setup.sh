@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Set-up shared by the demo and the test command: the virtual environment with every
+# dependency (CPU torch 2.13.0 first, so nothing pulls a CUDA build), and MariaDB + Redis
+# answering on 127.0.0.1. Safe to run again: it only does what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+ensure_packages() {
+  local missing=()
+  command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || missing+=(mariadb-server)
+  command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing ${missing[*]}" >&2
+    as_root apt-get update -qq && as_root apt-get install -y -qq "${missing[@]}"
+  fi
+}
+
+ensure_mariadb() {
+  if mariadb -uroot -h127.0.0.1 -e 'select 1' >/dev/null 2>&1; then return; fi
+  if ! mariadb -uroot -e 'select 1' >/dev/null 2>&1; then
+    echo "setup: starting MariaDB" >&2
+    as_root mkdir -p /run/mysqld && as_root chown mysql:mysql /run/mysqld
+    as_root start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd -- --user=mysql
+    for _ in $(seq 1 60); do mariadb -uroot -e 'select 1' >/dev/null 2>&1 && break; sleep 0.5; done
+  fi
+  if ! mariadb -uroot -h127.0.0.1 -e 'select 1' >/dev/null 2>&1; then
+    # A fresh Debian MariaDB lets root in over its socket only.
+    mariadb -uroot -e "ALTER USER root@localhost IDENTIFIED VIA mysql_native_password USING PASSWORD('') OR unix_socket" || true
+  fi
+  mariadb -uroot -h127.0.0.1 -e 'select 1' >/dev/null
+}
+
+ensure_redis() {
+  if redis-cli -h 127.0.0.1 ping >/dev/null 2>&1; then return; fi
+  echo "setup: starting Redis" >&2
+  as_root mkdir -p /var/lib/redis /var/log/redis
+  redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+    --dir /var/lib/redis --logfile /var/log/redis/ci.log
+  for _ in $(seq 1 40); do redis-cli -h 127.0.0.1 ping >/dev/null 2>&1 && break; sleep 0.25; done
+  redis-cli -h 127.0.0.1 ping >/dev/null
+}
+
+ensure_venv() {
+  [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+  local pip="$VENV/bin/pip"
+  local stamp="$VENV/.installed-$(cat pyproject.toml | sha1sum | cut -c1-12)"
+  if [ -f "$stamp" ]; then return; fi
+  "$pip" install -q --disable-pip-version-check "torch==2.13.0"
+  "$pip" install -q --disable-pip-version-check -e ".[test]"
+  touch "$stamp"
+}
+
+ensure_packages
+ensure_mariadb
+ensure_redis
+ensure_venv
+echo "setup: ready (venv $VENV, MariaDB and Redis answer)" >&2
