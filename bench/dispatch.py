@@ -1,0 +1,250 @@
+"""Dispatch benchmark: enqueue and drain N no-op tasks through the full path, beside baselines.
+
+    .venv/bin/python -m bench.dispatch [--n 10000] [--concurrency 10] [--paced 300 --rate 25]
+
+Prints, in one run on the same services:
+- enqueue tasks/s through the producer (rows upserted, guarded publish) beside a raw baseline
+  (peewee ``insert_many`` plus pipelined XADD of the same messages);
+- drain tasks/s of one executor process (read, validate, claim, route, terminal write, ack),
+  measured from the first claim to the last terminal write in the task rows;
+- start latency p50/p99 from a paced run: an idle executor, tasks enqueued one at a time;
+- with the ``bench`` extra (pydocket) installed: Docket's no-op drain with the same N and
+  concurrency (5 ms check interval), in a subprocess.
+A benchmark, not a test: the machine is shared, so read ratios, not absolute figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import orjson
+
+from db.bulk import bulk_insert_into_db
+from db.config import Settings
+from db.database import close_database, init_database, unit
+from db.keys import Keys
+from db.models import DONE, Task, now_ms
+from db.schema import init_schema
+from db.streams import Streams, connect
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+async def noop(ctx) -> None:
+    """The benchmark's task type: does nothing, so the figures are the executor's own cost."""
+    return None
+
+
+def _settings(name: str, concurrency: int) -> Settings:
+    base = os.environ.get("BENCH_MYSQL_URL", "mysql://root@127.0.0.1:3306")
+    return Settings.from_env(
+        os.environ,
+        db_url=f"{base}/{name}",
+        key_prefix=f"bench:{name}",
+        max_concurrent_tasks=concurrency,
+        stagger_s=0.0,
+        extra_handlers="noop=bench.dispatch:noop",
+    )
+
+
+def _drop(settings: Settings) -> None:
+    close_database()
+    init_database(settings.db_url)
+    with unit() as db:
+        db.execute_sql(f"DROP DATABASE IF EXISTS `{settings.db_url.rsplit('/', 1)[1]}`")
+    close_database()
+    client = connect(settings.redis_url)
+    keys = list(client.scan_iter(match=f"{settings.key_prefix}:*", count=1000))
+    for i in range(0, len(keys), 500):
+        client.delete(*keys[i : i + 500])
+    client.close()
+
+
+def _tasks(n: int) -> list[dict]:
+    return [{"task_type": "noop", "priority": 0, "doc_id": ""} for _ in range(n)]
+
+
+def baseline_enqueue(settings: Settings, n: int) -> float:
+    """Raw cost: one insert_many per 1,000 rows plus pipelined XADD; tasks/s."""
+    rows = [{"id": uuid.uuid4().hex, "task_type": "noop", "create_time": now_ms()} for _ in range(n)]
+    client = connect(settings.redis_url)
+    stream = f"{settings.key_prefix}:baseline"
+    start = time.perf_counter()
+    for i in range(0, n, 1000):
+        with unit():
+            Task.insert_many(rows[i : i + 1000]).execute()
+    pipe = client.pipeline(transaction=False)
+    for row in rows:
+        pipe.xadd(stream, {"message": orjson.dumps({"id": row["id"], "task_type": "noop"}).decode()})
+    pipe.execute()
+    elapsed = time.perf_counter() - start
+    with unit():
+        Task.delete().where(Task.id.in_([r["id"] for r in rows])).execute()
+    client.delete(stream)
+    client.close()
+    return n / elapsed
+
+
+def producer_enqueue(settings: Settings, n: int) -> tuple[float, list[str]]:
+    from ingest.producer import enqueue_tasks
+
+    start = time.perf_counter()
+    ids = enqueue_tasks(settings, _tasks(n))
+    return n / (time.perf_counter() - start), ids
+
+
+def _start_executor(settings: Settings, name: str, log: Path) -> subprocess.Popen:
+    env = dict(os.environ)
+    env.update(
+        {
+            "INGEST_DB_URL": settings.db_url,
+            "INGEST_REDIS_URL": settings.redis_url,
+            "INGEST_KEY_PREFIX": settings.key_prefix,
+            "INGEST_MAX_CONCURRENT_TASKS": str(settings.max_concurrent_tasks),
+            "INGEST_STAGGER_S": "0",
+            "INGEST_EXTRA_HANDLERS": settings.extra_handlers,
+            "INGEST_LOG_LEVEL": "WARNING",
+            "PYTHONPATH": str(ROOT),
+        }
+    )
+    out = open(log, "ab")
+    return subprocess.Popen(
+        [sys.executable, "-m", "executor", name], env=env, stdout=out, stderr=out, cwd=ROOT
+    )
+
+
+def _wait_done(ids: list[str], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with unit():
+            left = Task.select().where(Task.id.in_(ids) & (Task.status != DONE)).count()
+        if left == 0:
+            return
+        time.sleep(0.2)
+    raise SystemExit(f"{left} tasks not done after {timeout_s} s")
+
+
+def _spans(ids: list[str]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for i in range(0, len(ids), 5000):
+        with unit():
+            out += list(
+                Task.select(Task.begin_at, Task.update_time).where(Task.id.in_(ids[i : i + 5000])).tuples()
+            )
+    return out
+
+
+def drain(settings: Settings, ids: list[str], log: Path) -> float:
+    proc = _start_executor(settings, "bench_0", log)
+    try:
+        _wait_done(ids, timeout_s=600)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    spans = _spans(ids)
+    first = min(b for b, _ in spans)
+    last = max(u for _, u in spans)
+    return len(ids) / max((last - first) / 1000, 1e-3)
+
+
+def paced_latency(settings: Settings, n: int, rate: float, log: Path) -> tuple[float, float]:
+    from ingest.producer import enqueue_tasks
+
+    keys = Keys(settings.key_prefix)
+    client = connect(settings.redis_url)
+    proc = _start_executor(settings, "bench_1", log)
+    try:
+        while not client.exists(keys.executor("bench_1")):
+            time.sleep(0.05)
+        time.sleep(0.5)
+        sent: dict[str, int] = {}
+        period = 1.0 / rate
+        next_at = time.monotonic()
+        for _ in range(n):
+            next_at += period
+            time.sleep(max(0.0, next_at - time.monotonic()))
+            t0 = time.time() * 1000
+            (task_id,) = enqueue_tasks(settings, _tasks(1))
+            sent[task_id] = int(t0)
+        _wait_done(list(sent), timeout_s=120)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        client.close()
+    with unit():
+        begins = dict(Task.select(Task.id, Task.begin_at).where(Task.id.in_(list(sent))).tuples())
+    lat = sorted(begins[t] - sent[t] for t in sent)
+    return statistics.median(lat), lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+
+
+def docket_drain(n: int, concurrency: int) -> float | None:
+    try:
+        import docket  # noqa: F401
+    except ImportError:
+        return None
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.docket_noop", str(n), str(concurrency)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    if result.returncode != 0:
+        print(result.stderr[-2000:], file=sys.stderr)
+        return None
+    return float(result.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--n", type=int, default=10000)
+    parser.add_argument("--concurrency", type=int, default=10)
+    parser.add_argument("--paced", type=int, default=300, help="tasks in the paced latency run")
+    parser.add_argument("--rate", type=float, default=25.0, help="tasks/s in the paced run")
+    parser.add_argument("--no-docket", action="store_true")
+    args = parser.parse_args()
+
+    name = f"bench_{uuid.uuid4().hex[:8]}"
+    settings = _settings(name, args.concurrency)
+    log = Path(f"/tmp/{name}.log")
+    init_schema(settings.db_url)
+    Streams(connect(settings.redis_url), Keys(settings.key_prefix)).ensure_group()
+    try:
+        base = baseline_enqueue(settings, args.n)
+        rate, ids = producer_enqueue(settings, args.n)
+        print(
+            f"enqueue   : {rate:8.0f} tasks/s   (raw insert_many + XADD baseline {base:8.0f} tasks/s, "
+            f"ratio {rate / base:.2f})"
+        )
+        drained = drain(settings, ids, log)
+        print(
+            f"drain     : {drained:8.0f} tasks/s   (one executor, concurrency {args.concurrency}, N={args.n})"
+        )
+        p50, p99 = paced_latency(settings, args.paced, args.rate, log)
+        print(f"latency   : p50 {p50:.0f} ms, p99 {p99:.0f} ms   ({args.paced} tasks at {args.rate:g}/s)")
+        if not args.no_docket:
+            dk = docket_drain(args.n, args.concurrency)
+            if dk is None:
+                print("docket    : not installed (pip install -e '.[bench]')")
+            else:
+                print(
+                    f"docket    : {dk:8.0f} tasks/s   (no-op drain, same N and concurrency; "
+                    f"ours/docket {drained / dk:.2f})"
+                )
+    finally:
+        _drop(settings)
+    print(f"executor log: {log}")
+
+
+if __name__ == "__main__":
+    main()
