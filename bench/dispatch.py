@@ -26,7 +26,6 @@ from pathlib import Path
 
 import orjson
 
-from db.bulk import bulk_insert_into_db
 from db.config import Settings
 from db.database import close_database, init_database, unit
 from db.keys import Keys
@@ -114,10 +113,10 @@ def _start_executor(settings: Settings, name: str, log: Path) -> subprocess.Pope
             "PYTHONPATH": str(ROOT),
         }
     )
-    out = open(log, "ab")
-    return subprocess.Popen(
-        [sys.executable, "-m", "executor", name], env=env, stdout=out, stderr=out, cwd=ROOT
-    )
+    with open(log, "ab") as out:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(
+            [sys.executable, "-m", "executor", name], env=env, stdout=out, stderr=out, cwd=ROOT
+        )
 
 
 def _wait_done(ids: list[str], timeout_s: float) -> None:
