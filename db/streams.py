@@ -70,7 +70,7 @@ local n = (#KEYS - 1) / 2
 local acked = {}
 for i = 1, n do
   local stream, pub = KEYS[2 * i - 1], KEYS[2 * i]
-  local base = 3 + (i - 1) * 5
+  local base = 3 + (i - 1) * 6
   local id, reason = ARGV[base], ARGV[base + 1]
   local p = redis.call('XPENDING', stream, group, id, id, 1)
   if p[1] and p[1][2] == consumer then

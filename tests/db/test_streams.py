@@ -55,3 +55,15 @@ def test_renew_reports_owned_stolen_and_gone(streams, rclient, keys):
     _read(rclient, keys, "c1", stream)
     rclient.xclaim(stream, keys.group, "c2", 0, [e2], justid=True)
     assert streams.renew("c1", [(stream, e1), (stream, e2), (stream, "1-1")]) == [1, 0, -1]
+
+
+def test_ack_of_many_entries_in_one_call_reads_each_entry_s_arguments(streams, rclient, keys):
+    ids = streams.publish_many([{"id": t, "priority": 0} for t in ("a", "b", "c")])
+    read = _read(rclient, keys, "c1", keys.queue(0))
+    items = [AckItem(s, e, t) for (s, e, _), t in zip(read, ("a", "b", "c"), strict=True)]
+    items[1] = AckItem(items[1].stream, items[1].entry_id, "b", dead_reason="bad", raw="{}", deliveries=2)
+    assert streams.ack("c1", items) == [True, True, True]
+    assert rclient.xlen(keys.queue(0)) == 0 and len(ids) == 3
+    assert not any(rclient.exists(keys.published(t)) for t in ("a", "b", "c"))
+    [(_, dead)] = rclient.xrange(keys.dead)
+    assert dead["task_id"] == "b" and dead["reason"] == "bad" and dead["deliveries"] == "2"
