@@ -1,0 +1,74 @@
+"""Deterministic ids and digests (xxh128, 32 hex characters): the same inputs name the same row.
+
+- a knowledge base's id comes from (tenant, name);
+- a document's id from (knowledge base id, document name), so submitting the same file again
+  re-parses that document instead of adding a second one;
+- a task's id from (document id, page range, generation), so each submission is new work;
+- a task's digest from what its result depends on (content, model, chunking config, page
+  range), so a finished task with the same digest can hand over its chunks.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+import xxhash
+
+
+def _hash(*parts: Any) -> str:
+    # Canonical JSON keeps parts apart ("a", "bc" != "ab", "c") and dict order out of it.
+    return xxhash.xxh128_hexdigest(orjson.dumps(parts, option=orjson.OPT_SORT_KEYS))
+
+
+def kb_id(tenant_id: str, kb_name: str) -> str:
+    """The id of knowledge base ``kb_name`` of ``tenant_id``."""
+    return _hash("kb", tenant_id, kb_name)
+
+
+def doc_id(kb_id: str, name: str) -> str:
+    """The id of the document called ``name`` in knowledge base ``kb_id``."""
+    return _hash("doc", kb_id, name)
+
+
+def task_id(doc_id: str, from_page: int, to_page: int, generation: int) -> str:
+    """The id of one page-range task of one generation of a document."""
+    return _hash("task", doc_id, int(from_page), int(to_page), int(generation))
+
+
+def content_hash(data: bytes) -> str:
+    """xxh128 of a document's bytes."""
+    return xxhash.xxh128_hexdigest(data)
+
+
+def digest(
+    content_hash: str,
+    embedding_model: str,
+    parser_config: Mapping[str, Any],
+    from_page: int,
+    to_page: int,
+    *,
+    task_type: str = "parse",
+    dataflow_id: str | None = None,
+) -> str:
+    """What a task's chunks depend on; equal digests mean equal chunks.
+
+    The task type and dataflow are part of it too: a dataflow's chunks are not a parse's.
+    """
+    return _hash(
+        "digest",
+        content_hash,
+        embedding_model,
+        dict(parser_config),
+        int(from_page),
+        int(to_page),
+        task_type,
+        dataflow_id or "",
+    )
+
+
+def new_id() -> str:
+    """A random 32-hex id, for tasks that name no input of their own."""
+    return uuid.uuid4().hex
