@@ -2,11 +2,13 @@
 
     IngestError
     ├── RetryableError   retried in place with backoff and jitter, the slot kept
-    │                    (a lost database or Redis connection, a deadlock, a service timeout)
+    │   │                (a lost database or Redis connection, a deadlock, a service timeout)
+    │   └── PublishError rows committed, their messages (or cancel requests) not sent to Redis
     ├── PermanentError   the task row fails at once with the reason (not a dead letter)
     │   └── BadDocument  content the parser cannot read (corrupt PDF, random bytes, …)
     ├── BadMessage       a stream message outside the contract: dead-lettered with the reason
-    └── SubmitRefused    a file refused at submit (unreadable, empty, too large)
+    ├── SubmitRefused    a file refused at submit (unreadable, empty, too large)
+    └── NotFound         an id or knowledge base that does not exist (also a LookupError)
 
 ``is_retryable`` also recognises the database's and Redis's own connection errors.
 """
@@ -42,8 +44,25 @@ class BadMessage(IngestError):
     """A stream message that is not a message of the contract."""
 
 
+class PublishError(RetryableError):
+    """Rows are committed but Redis refused their messages; the rows stay as written.
+
+    ``task_ids`` are the tasks whose message (or cancel request) was not sent; the reconciler
+    re-publishes queued rows that have no stream entry.
+    """
+
+    def __init__(self, message: str, task_ids: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.task_ids = list(task_ids or [])
+        self.result: object = None  # the caller's result so far (e.g. a SubmitResult), if any
+
+
 class SubmitRefused(IngestError):
     """A file the producer would not enqueue; the message names the file and why."""
+
+
+class NotFound(IngestError, LookupError):
+    """A task, document or knowledge base that does not exist."""
 
 
 def is_retryable(exc: BaseException) -> bool:
