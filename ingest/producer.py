@@ -1,0 +1,496 @@
+"""The producer: what application services call to enqueue work, and what ``ingest submit`` runs.
+
+``submit_documents`` stores each document's bytes, then writes the knowledge base, document
+and task rows in one transaction (a PDF split into page ranges, anything else one task), then
+publishes one message per task that is not already done. Submitting a document again starts a
+new generation: unfinished tasks of older ones are cancelled, and a task whose digest equals a
+done task of the same document takes over that task's chunks instead of being parsed again.
+``enqueue_tasks`` does rows-then-publish for tasks of any type. ``cancel``, ``retry``,
+``remove_document`` and ``remove_kb`` (from :mod:`ingest.control`) change what is enqueued.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import peewee
+
+from db.bulk import bulk_insert_into_db
+from db.config import Settings
+from db.database import init_database, unit
+from db.models import DONE, QUEUED, UNFINISHED_STATES, Document, KnowledgeBase, Task, now_ms
+from ingest import ids
+from ingest.control import (
+    cancel,
+    cancel_task_rows,
+    refresh_kb_counts,
+    remove_document,
+    remove_kb,
+    retry,
+    unfinished_task_ids,
+)
+from ingest.documents import lock_documents, recompute_documents
+from ingest.errors import NotFound, PublishError
+from ingest.lines import line
+from ingest.parser_config import DEFAULT_PARSER_CONFIG, document_config, new_kb_config
+from ingest.publish import publish_messages, task_message
+from ingest.reuse import apply_reuse
+from ingest.sources import Refusal, Source, count_pdf_pages, read_sources
+from ingest.storage import location_for, open_storage
+
+__all__ = [
+    "DEFAULT_PARSER_CONFIG",
+    "NotFound",
+    "PublishError",
+    "SubmitResult",
+    "SubmittedDocument",
+    "cancel",
+    "enqueue_tasks",
+    "remove_document",
+    "remove_kb",
+    "retry",
+    "submit_documents",
+    "task_message",
+]
+
+log = logging.getLogger(__name__)
+
+PRIORITIES = (0, 1)
+NO_PAGE_LIMIT = 100000000  # to_page of a task that covers the whole document
+BATCH = 1000
+STORE_BATCH_BYTES = 16 << 20  # documents' bytes stored per storage call
+STORE_BATCH_FILES = 256
+MAX_KB_NAME_CHARS = 128
+_DEADLOCK_CODES = (1213, 1205)
+_DEADLOCK_TRIES = 3
+
+
+@dataclass(frozen=True)
+class SubmittedDocument:
+    id: str
+    name: str
+    origin: str  # the path (or name) the caller gave
+    generation: int
+    doc_type: str
+    size: int
+    page_count: int
+    task_ids: list[str]
+    reused: int  # tasks done at once by taking over an earlier generation's chunks
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    kb_id: str
+    kb_name: str
+    documents: list[SubmittedDocument]
+    refused: list[tuple[str, str]]  # (path or name, why)
+    reused: int
+    published: int
+    cancelled: int  # unfinished tasks of older generations cancelled
+
+    @property
+    def task_ids(self) -> list[str]:
+        return [t for d in self.documents for t in d.task_ids]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class _Staged:
+    name: str
+    origin: str
+    doc_id: str
+    size: int
+    content_hash: str
+    doc_type: str
+    location: str
+    page_count: int | None  # None: not a PDF, or pdfium could not open it
+
+
+@dataclass
+class _Plan:
+    documents: list[SubmittedDocument]
+    messages: list[dict[str, Any]]
+    cancelled: list[str]
+    obsolete_locations: list[str]
+    reused: int
+
+
+def check_priority(priority: Any) -> int:
+    if isinstance(priority, bool) or priority not in PRIORITIES:
+        raise ValueError(f"priority must be 0 (normal) or 1 (high), not {priority!r}")
+    return int(priority)
+
+
+def page_ranges(page_count: int | None, pages_per_task: int) -> list[tuple[int, int]]:
+    """``[from_page, to_page)`` ranges, 0-based; one whole-document range without a page count."""
+    if not page_count:
+        return [(0, NO_PAGE_LIMIT)]
+    return [
+        (start, min(start + pages_per_task, page_count)) for start in range(0, page_count, pages_per_task)
+    ]
+
+
+def doc_type_of(name: str) -> str:
+    return os.path.splitext(name)[1].lower().lstrip(".")[:16]
+
+
+# -- submit ------------------------------------------------------------------------------
+
+
+def submit_documents(
+    settings: Settings,
+    sources: Iterable[Source],
+    kb_name: str,
+    *,
+    tenant_id: str = "default",
+    priority: int = 0,
+    parser_config: Mapping[str, Any] | None = None,
+    dataflow_id: str | None = None,
+) -> SubmitResult:
+    """Enqueue documents into knowledge base ``kb_name`` (created when missing).
+
+    ``sources`` are paths (a folder: the files under it, recursively) or ``(name, bytes)``
+    pairs. Files that cannot be read, are empty or larger than ``max_doc_bytes`` are refused
+    (listed in the result, not raised); the others are enqueued. Raises ``ValueError`` for a
+    bad priority or name, and :class:`PublishError` when Redis refuses after the rows are
+    committed (the rows stay queued).
+    """
+    check_priority(priority)
+    if not kb_name or len(kb_name) > MAX_KB_NAME_CHARS:
+        raise ValueError(f"a knowledge base name has 1 to {MAX_KB_NAME_CHARS} characters: {kb_name!r}")
+    init_database(settings.db_url)
+    kb = ids.kb_id(tenant_id, kb_name)
+    staged, refused = _stage(settings, sources, kb)
+    if not staged:
+        return SubmitResult(kb, kb_name, [], refused, reused=0, published=0, cancelled=0)
+    spec = _Spec(settings, kb, kb_name, tenant_id, priority, dict(parser_config or {}), dataflow_id)
+    plan = _with_deadlock_retry(lambda: _write_rows(spec, staged))
+    result = SubmitResult(
+        kb_id=kb,
+        kb_name=kb_name,
+        documents=plan.documents,
+        refused=refused,
+        reused=plan.reused,
+        published=0,
+        cancelled=len(plan.cancelled),
+    )
+    try:
+        published = publish_messages(settings, plan.messages, cancel_ids=plan.cancelled)
+    except PublishError as exc:
+        exc.result = result  # what was committed, for the caller
+        raise
+    finally:
+        _delete_bytes(settings, plan.obsolete_locations)
+    return dataclasses.replace(result, published=published.sent)
+
+
+def _stage(
+    settings: Settings, sources: Iterable[Source], kb: str
+) -> tuple[list[_Staged], list[tuple[str, str]]]:
+    """Read each file, refuse what cannot be enqueued, and store the bytes of the rest."""
+    storage = open_storage(settings.storage_url)
+    staged: list[_Staged] = []
+    refused: list[tuple[str, str]] = []
+    seen: dict[str, str] = {}
+    batch: list[tuple[str, bytes]] = []
+    batch_bytes = 0
+    for item in read_sources(sources, settings.max_doc_bytes):
+        if isinstance(item, Refusal):
+            refused.append((item.origin, item.reason))
+            continue
+        if item.name in seen:
+            refused.append((item.origin, f"same document name {item.name!r} as {seen[item.name]}"))
+            continue
+        seen[item.name] = item.origin
+        doc = ids.doc_id(kb, item.name)
+        digest = ids.content_hash(item.data)
+        doc_type = doc_type_of(item.name)
+        location = location_for(kb, doc, digest)
+        pages = count_pdf_pages(item.data) if doc_type == "pdf" else None
+        staged.append(_Staged(item.name, item.origin, doc, len(item.data), digest, doc_type, location, pages))
+        batch.append((location, item.data))
+        batch_bytes += len(item.data)
+        if batch_bytes >= STORE_BATCH_BYTES or len(batch) >= STORE_BATCH_FILES:
+            storage.put_many(batch)
+            batch, batch_bytes = [], 0
+    if batch:
+        storage.put_many(batch)
+    return staged, refused
+
+
+@dataclass(frozen=True)
+class _Spec:
+    settings: Settings
+    kb_id: str
+    kb_name: str
+    tenant_id: str
+    priority: int
+    parser_config: dict[str, Any]
+    dataflow_id: str | None
+
+    @property
+    def task_type(self) -> str:
+        return "dataflow" if self.dataflow_id else "parse"
+
+    @property
+    def payload(self) -> dict[str, Any] | None:
+        return {"dataflow_id": self.dataflow_id} if self.dataflow_id else None
+
+
+def _with_deadlock_retry(work: Any) -> _Plan:
+    for attempt in range(1, _DEADLOCK_TRIES + 1):
+        try:
+            with unit():
+                return work()
+        except peewee.OperationalError as exc:
+            code = exc.args[0] if exc.args else None
+            if code not in _DEADLOCK_CODES or attempt == _DEADLOCK_TRIES:
+                raise
+            log.warning("submit: %s, trying again (%d/%d)", exc, attempt, _DEADLOCK_TRIES)
+    raise AssertionError("unreachable")
+
+
+def _write_rows(spec: _Spec, staged: list[_Staged]) -> _Plan:
+    """One transaction: knowledge base, superseded tasks cancelled, task rows, document rows."""
+    kb_config = _ensure_kb(spec)
+    doc_config = document_config(kb_config, spec.parser_config)
+    doc_ids = [s.doc_id for s in staged]
+    lock_documents(doc_ids)
+    existing = _existing_documents(doc_ids)
+    tasks_by_doc: dict[str, list[dict[str, Any]]] = {}
+    for s in staged:
+        generation = existing[s.doc_id][0] + 1 if s.doc_id in existing else 1
+        tasks_by_doc[s.doc_id] = _task_rows(spec, s, generation, doc_config)
+    apply_reuse(list(existing), tasks_by_doc)
+    cancelled = cancel_task_rows(
+        unfinished_task_ids(list(existing)), "cancelled: the document was submitted again"
+    )
+    all_tasks = [t for rows in tasks_by_doc.values() for t in rows]
+    bulk_insert_into_db(Task, all_tasks, replace_on_conflict=True)
+    bulk_insert_into_db(
+        Document, [_document_row(spec, s, tasks_by_doc[s.doc_id], doc_config) for s in staged], True
+    )
+    lock_documents(doc_ids)  # the new rows too
+    recompute_documents(sorted({t["doc_id"] for t in all_tasks if t["status"] == DONE}))
+    refresh_kb_counts([spec.kb_id])
+    documents = [
+        SubmittedDocument(
+            id=s.doc_id,
+            name=s.name,
+            origin=s.origin,
+            generation=tasks_by_doc[s.doc_id][0]["generation"],
+            doc_type=s.doc_type,
+            size=s.size,
+            page_count=s.page_count or 0,
+            task_ids=[t["id"] for t in tasks_by_doc[s.doc_id]],
+            reused=sum(t["status"] == DONE for t in tasks_by_doc[s.doc_id]),
+        )
+        for s in staged
+    ]
+    obsolete = [
+        loc
+        for doc, (_, loc) in existing.items()
+        if loc and loc not in {s.location for s in staged if s.doc_id == doc}
+    ]
+    return _Plan(
+        documents=documents,
+        messages=[task_message(t) for t in all_tasks if t["status"] == QUEUED],
+        cancelled=cancelled,
+        obsolete_locations=obsolete,
+        reused=sum(d.reused for d in documents),
+    )
+
+
+def _ensure_kb(spec: _Spec) -> dict[str, Any]:
+    now = now_ms()
+    KnowledgeBase.insert(
+        id=spec.kb_id,
+        tenant_id=spec.tenant_id,
+        name=spec.kb_name,
+        parser_config=new_kb_config(spec.parser_config),
+        create_time=now,
+        update_time=now,
+    ).on_conflict_ignore().execute()
+    (config,) = (
+        KnowledgeBase.select(KnowledgeBase.parser_config).where(KnowledgeBase.id == spec.kb_id).tuples().get()
+    )
+    return dict(config or {})
+
+
+def _existing_documents(doc_ids: Sequence[str]) -> dict[str, tuple[int, str]]:
+    found: dict[str, tuple[int, str]] = {}
+    for start in range(0, len(doc_ids), BATCH):
+        batch = doc_ids[start : start + BATCH]
+        for did, generation, location in (
+            Document.select(Document.id, Document.generation, Document.location)
+            .where(Document.id.in_(batch))
+            .tuples()
+        ):
+            found[did] = (int(generation), location)
+    return found
+
+
+def _task_rows(spec: _Spec, s: _Staged, generation: int, config: dict[str, Any]) -> list[dict[str, Any]]:
+    model = spec.settings.embedding_model
+    rows = []
+    for from_page, to_page in page_ranges(s.page_count, spec.settings.pages_per_task):
+        rows.append(
+            {
+                "id": ids.task_id(s.doc_id, from_page, to_page, generation),
+                "doc_id": s.doc_id,
+                "kb_id": spec.kb_id,
+                "tenant_id": spec.tenant_id,
+                "task_type": spec.task_type,
+                "priority": spec.priority,
+                "from_page": from_page,
+                "to_page": to_page,
+                "status": QUEUED,
+                "progress": 0.0,
+                "progress_msg": line(f"queued (generation {generation})"),
+                "owner": "",
+                "claim_token": "",
+                "generation": generation,
+                "handback_count": 0,
+                "retry_count": 0,
+                "digest": ids.digest(
+                    s.content_hash,
+                    model,
+                    config,
+                    from_page,
+                    to_page,
+                    task_type=spec.task_type,
+                    dataflow_id=spec.dataflow_id,
+                ),
+                "chunk_ids": "",
+                "payload": spec.payload,
+                "begin_at": None,
+                "process_duration": 0.0,
+                # no "attempt": an existing row keeps its count, so a stale run stays fenced out
+            }
+        )
+    return rows
+
+
+def _document_row(
+    spec: _Spec, s: _Staged, tasks: list[dict[str, Any]], config: dict[str, Any]
+) -> dict[str, Any]:
+    n = len(tasks)
+    return {
+        "id": s.doc_id,
+        "kb_id": spec.kb_id,
+        "tenant_id": spec.tenant_id,
+        "name": s.name,
+        "doc_type": s.doc_type,
+        "size": s.size,
+        "content_hash": s.content_hash,
+        "location": s.location,
+        "page_count": s.page_count or 0,
+        "parser_config": config,
+        "generation": tasks[0]["generation"],
+        "run": QUEUED,
+        "progress": 0.0,
+        "progress_msg": f"{n} task(s): {n} queued",
+        "chunk_num": 0,
+        "token_num": 0,
+        "process_duration": 0.0,
+    }
+
+
+def _delete_bytes(settings: Settings, locations: list[str]) -> None:
+    """Remove the bytes of superseded contents; best effort (the rows no longer name them)."""
+    if not locations:
+        return
+    storage = open_storage(settings.storage_url)
+    for location in locations:
+        with contextlib.suppress(Exception):
+            storage.delete(location)
+
+
+# -- tasks of any type -------------------------------------------------------------------
+
+_TASK_COLUMNS = frozenset(
+    {
+        "id",
+        "doc_id",
+        "kb_id",
+        "tenant_id",
+        "task_type",
+        "priority",
+        "from_page",
+        "to_page",
+        "generation",
+        "digest",
+        "payload",
+    }
+)
+
+
+def enqueue_tasks(settings: Settings, tasks: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Write one queued row per task, then publish one message each; returns the task ids.
+
+    Each task is a dict of task columns (``id``, ``doc_id``, ``kb_id``, ``tenant_id``,
+    ``task_type``, ``priority``, ``from_page``, ``to_page``, ``generation``, ``digest``);
+    any other key is the type's own message context (e.g. ``memory_id``, ``message_dict``), kept
+    in the row's ``payload`` so a re-publish rebuilds the same message. Without an ``id`` a
+    random one is given. A task whose id names an unfinished row is left as it is (its message
+    is published only if it has no live one).
+    """
+    init_database(settings.db_url)
+    rows: list[dict[str, Any]] = []
+    given: list[str] = []
+    for task in tasks:
+        extras = {k: v for k, v in task.items() if k not in _TASK_COLUMNS}
+        payload = {**(task.get("payload") or {}), **extras} or None
+        if task.get("id"):
+            given.append(str(task["id"]))
+        rows.append(
+            {
+                "id": str(task.get("id") or ids.new_id()),
+                "doc_id": task.get("doc_id") or "",
+                "kb_id": task.get("kb_id") or "",
+                "tenant_id": task.get("tenant_id") or "default",
+                "task_type": task.get("task_type") or "parse",
+                "priority": check_priority(task.get("priority", 0)),
+                "from_page": int(task.get("from_page", 0)),
+                "to_page": int(task.get("to_page", NO_PAGE_LIMIT)),
+                "generation": int(task.get("generation", 0)),
+                "digest": task.get("digest") or "",
+                "payload": payload,
+                "status": QUEUED,
+                "progress": 0.0,
+                "progress_msg": line("queued"),
+                "owner": "",
+                "claim_token": "",
+                "chunk_ids": "",
+                "begin_at": None,
+                "process_duration": 0.0,
+            }
+        )
+    if len({r["id"] for r in rows}) != len(rows):
+        raise ValueError("enqueue_tasks was given the same task id twice")
+    with unit():
+        live = _unfinished_ids(given)
+        bulk_insert_into_db(Task, [r for r in rows if r["id"] not in live], replace_on_conflict=True)
+    publish_messages(settings, [task_message(r) for r in rows])
+    return [r["id"] for r in rows]
+
+
+def _unfinished_ids(task_ids: list[str]) -> set[str]:
+    found: set[str] = set()
+    for start in range(0, len(task_ids), BATCH):
+        batch = task_ids[start : start + BATCH]
+        found.update(
+            t
+            for (t,) in Task.select(Task.id)
+            .where(Task.id.in_(batch) & Task.status.in_(UNFINISHED_STATES))
+            .tuples()
+        )
+    return found

@@ -1,0 +1,107 @@
+"""After rows are committed: send their stream messages and cancel requests to Redis.
+
+Every publish goes through ``Streams.publish_many`` (the Lua script that adds an entry only when
+the task has no live one), pipelined a thousand at a time. When Redis refuses, the rows stay as
+committed and :class:`~ingest.errors.PublishError` says how many were not sent; the reconciler
+re-publishes queued rows that have no stream entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from db.config import Settings
+from db.keys import Keys
+from db.streams import Streams, connect
+from ingest.errors import PublishError
+
+CHUNK = 1000
+_BASE_FIELDS = ("id", "doc_id", "task_type", "priority", "kb_id", "tenant_id")
+
+
+def task_message(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The stream message of a task row: the contract's fields plus the row's ``payload``
+    (the type's own context, e.g. ``dataflow_id``), so a re-publish rebuilds it exactly."""
+    base = {name: row.get(name) for name in _BASE_FIELDS}
+    base["task_type"] = base["task_type"] or "parse"
+    base["priority"] = int(base["priority"] or 0)
+    payload = row.get("payload") or {}
+    return {**payload, **base}
+
+
+@dataclass(frozen=True)
+class Published:
+    sent: int  # new stream entries
+    already_live: int  # tasks that still had a live entry (it will deliver them)
+
+
+def _chunks(items: Sequence[Any], size: int = CHUNK) -> Iterable[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def send_cancels(settings: Settings, task_ids: Sequence[str]) -> None:
+    """Set ``cancel:{task}`` (expiring after the task timeout) for each task; rows go first."""
+    if not task_ids:
+        return
+    keys = Keys(settings.key_prefix)
+    ttl = max(1, int(settings.task_timeout_s))
+    client = connect(settings.redis_url)
+    try:
+        for chunk in _chunks(task_ids):
+            pipe = client.pipeline(transaction=False)
+            for tid in chunk:
+                pipe.set(keys.cancel(tid), "1", ex=ttl)
+            pipe.execute()
+    except redis.RedisError as exc:
+        raise PublishError(
+            f"{len(task_ids)} task(s) are cancelled on their rows but the cancel requests could not "
+            f"be sent: {exc}; a running copy stops when its next write is refused",
+            list(task_ids),
+        ) from exc
+    finally:
+        client.close()
+
+
+def publish_messages(
+    settings: Settings, messages: Sequence[Mapping[str, Any]], *, cancel_ids: Sequence[str] = ()
+) -> Published:
+    """Send cancel requests for ``cancel_ids``, then one message per task.
+
+    A task being published gets any stale cancel request of its id removed first (an id can come
+    back: a retried task, a document submitted again after ``rm``).
+    """
+    keys = Keys(settings.key_prefix)
+    client = connect(settings.redis_url)
+    streams = Streams(client, keys)
+    sent = live = 0
+    try:
+        if cancel_ids:
+            send_cancels(settings, cancel_ids)
+        for chunk in _chunks(messages):
+            client.delete(*[keys.cancel(str(m["id"])) for m in chunk])
+            for result in streams.publish_many(chunk, chunk=CHUNK):
+                if result is None:
+                    live += 1
+                else:
+                    sent += 1
+    except (redis.RedisError, PublishError) as exc:
+        left = [str(m["id"]) for m in messages[sent + live :]]
+        cause = exc.__cause__ if isinstance(exc, PublishError) and exc.__cause__ else exc
+        also = (
+            f" (nor the cancel requests of {len(cancel_ids)} superseded task(s))"
+            if isinstance(exc, PublishError)
+            else ""
+        )
+        raise PublishError(
+            f"{len(left)} task rows are queued but could not be published{also}: {cause}; "
+            "the reconciler re-publishes them",
+            left,
+        ) from exc
+    finally:
+        client.close()
+    return Published(sent=sent, already_live=live)

@@ -1,0 +1,122 @@
+"""What ``submit`` was given, read in the submitting process: paths, folders, (name, bytes) pairs.
+
+Each source becomes a :class:`SourceFile` (its document name and bytes) or a :class:`Refusal`
+naming it and saying why: it cannot be read, is not a regular file, is empty, or is larger than
+``INGEST_MAX_DOC_BYTES``. Content problems (a corrupt PDF) are not found here: the parser fails
+the task. Files are yielded one at a time so a large folder is never held in memory at once.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_NAME_CHARS = 255  # the document table's name column
+Source = str | os.PathLike[str] | tuple[str, bytes]
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    name: str  # the document's name in its knowledge base (a folder's files: relative path)
+    origin: str  # what the user named: the path, or the name of a (name, bytes) pair
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Refusal:
+    origin: str
+    reason: str
+
+
+def read_sources(sources: Iterable[Source], max_doc_bytes: int) -> Iterator[SourceFile | Refusal]:
+    """Yield each file named by ``sources`` (a folder: its files, recursively) or its refusal."""
+    for source in sources:
+        if isinstance(source, tuple):
+            yield _from_pair(source, max_doc_bytes)
+            continue
+        path = Path(os.fspath(source))
+        if path.is_dir():
+            found = False
+            for file_path, name in _walk(path):
+                found = True
+                yield _from_path(file_path, name, max_doc_bytes)
+            if not found:
+                yield Refusal(str(path), "folder holds no files")
+        else:
+            yield _from_path(path, path.name, max_doc_bytes)
+
+
+def _walk(root: Path) -> Iterator[tuple[Path, str]]:
+    """Files under ``root`` in a stable order, hidden ones (``.git``, ``.DS_Store``) left out;
+    symlinked folders are not followed (no loops)."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for filename in sorted(filenames):
+            if filename.startswith("."):
+                continue
+            full = Path(dirpath) / filename
+            yield full, full.relative_to(root).as_posix()
+
+
+def _check(origin: str, name: str, size: int, max_doc_bytes: int) -> Refusal | None:
+    if not name:
+        return Refusal(origin, "has no name")
+    if len(name) > MAX_NAME_CHARS:
+        return Refusal(origin, f"name longer than {MAX_NAME_CHARS} characters")
+    if size == 0:
+        return Refusal(origin, "is empty")
+    if size > max_doc_bytes:
+        return Refusal(origin, f"is larger than the limit ({size} > {max_doc_bytes} bytes, INGEST_MAX_DOC_BYTES)")
+    return None
+
+
+def _from_pair(pair: tuple[str, bytes], max_doc_bytes: int) -> SourceFile | Refusal:
+    name, data = pair
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        return Refusal(str(name), f"holds {type(data).__name__}, not bytes")
+    data = bytes(data)
+    refusal = _check(str(name), str(name), len(data), max_doc_bytes)
+    return refusal or SourceFile(name=str(name), origin=str(name), data=data)
+
+
+def _from_path(path: Path, name: str, max_doc_bytes: int) -> SourceFile | Refusal:
+    origin = str(path)
+    try:
+        # O_NONBLOCK: opening a FIFO must not hang; it is refused below as not a regular file.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        kind = "is a broken symbolic link" if path.is_symlink() else "does not exist"
+        return Refusal(origin, f"cannot be read: {kind}")
+    except OSError as exc:
+        return Refusal(origin, f"cannot be read: {exc.strerror or exc}")
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return Refusal(origin, "cannot be read: not a regular file")
+        refusal = _check(origin, name, info.st_size, max_doc_bytes)
+        if refusal:
+            return refusal
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            data = fh.read(max_doc_bytes + 1)  # the file may have grown since fstat
+    except OSError as exc:
+        return Refusal(origin, f"cannot be read: {exc.strerror or exc}")
+    finally:
+        os.close(fd)
+    return _check(origin, name, len(data), max_doc_bytes) or SourceFile(name=name, origin=origin, data=data)
+
+
+def count_pdf_pages(data: bytes) -> int | None:
+    """Pages of a PDF, or None when pdfium cannot open it (the parser will fail the task)."""
+    import pypdfium2  # lazily: `import ingest` stays light
+
+    try:
+        pdf = pypdfium2.PdfDocument(data)
+    except Exception:  # pdfium raises PdfiumError on a corrupt or encrypted file
+        return None
+    try:
+        return len(pdf)
+    finally:
+        pdf.close()

@@ -1,0 +1,72 @@
+"""A task whose digest equals a done task of the same document takes over its chunks: written
+done at once, chunks moved to the new generation, no message published."""
+
+from __future__ import annotations
+
+from db.database import unit
+from db.models import DONE, QUEUED, Chunk, Document, Task
+from ingest.producer import submit_documents
+from tests.ingest.factories import ack_all, all_messages, finish_task, make_pdf
+
+
+def test_same_content_reuses_done_tasks_and_publishes_nothing(settings, rclient, keys):
+    first = submit_documents(settings, [("a.txt", b"same text")], "kb1")
+    (old_task,) = first.documents[0].task_ids
+    chunk_ids = finish_task(old_task, chunks=3)
+    ack_all(rclient, keys)
+
+    second = submit_documents(settings, [("a.txt", b"same text")], "kb1")
+    (doc,) = second.documents
+    assert second.reused == 1 and second.published == 0 and doc.reused == 1
+    assert all_messages(rclient, keys) == []
+    with unit():
+        (task,) = Task.select().where(Task.id.in_(doc.task_ids))
+        row = Document.get_by_id(doc.id)
+        chunks = list(Chunk.select().where(Chunk.doc_id == doc.id))
+    assert task.status == DONE and task.progress == 1.0 and task.chunk_ids.split() == chunk_ids
+    assert "took over 3 chunk(s)" in task.progress_msg
+    assert row.run == DONE and row.generation == 2 and row.chunk_num == 3
+    assert sorted(c.id for c in chunks) == sorted(chunk_ids) and {c.generation for c in chunks} == {2}
+
+
+def test_a_partly_done_pdf_reuses_the_done_ranges_and_queues_the_rest(settings, rclient, keys):
+    s = settings.replace(pages_per_task=2)
+    data = make_pdf(6)
+    first = submit_documents(s, [("a.pdf", data)], "kb1")
+    old = first.documents[0].task_ids
+    finish_task(old[0])
+    finish_task(old[2])
+    ack_all(rclient, keys)
+
+    second = submit_documents(s, [("a.pdf", data)], "kb1")
+    new = second.documents[0].task_ids
+    assert second.reused == 2 and second.published == 1 and second.cancelled == 1
+    with unit():
+        statuses = [Task.get_by_id(t).status for t in new]
+        assert Document.get_by_id(second.documents[0].id).run == QUEUED
+    assert statuses == [DONE, QUEUED, DONE]
+    assert [m["id"] for m in all_messages(rclient, keys)] == [new[1]]
+
+
+def test_a_changed_config_or_content_is_parsed_again(settings, rclient, keys):
+    first = submit_documents(settings, [("a.txt", b"text")], "kb1")
+    finish_task(first.documents[0].task_ids[0])
+    other_config = submit_documents(
+        settings, [("a.txt", b"text")], "kb1", parser_config={"chunk_token_num": 64}
+    )
+    assert other_config.reused == 0 and other_config.published == 1
+    other_content = submit_documents(settings, [("a.txt", b"new text")], "kb1")
+    assert other_content.reused == 0 and other_content.published == 1
+
+
+def test_a_done_task_whose_chunks_are_gone_is_not_reused(settings, rclient, keys):
+    first = submit_documents(settings, [("a.txt", b"v1")], "kb1")
+    finish_task(first.documents[0].task_ids[0])
+    second = submit_documents(settings, [("a.txt", b"v2")], "kb1")
+    finish_task(second.documents[0].task_ids[0])  # generation 2 done: generation 1's chunks removed
+    with unit():
+        assert Chunk.select().where(Chunk.generation == 1).count() == 0
+    third = submit_documents(settings, [("a.txt", b"v1")], "kb1")
+    assert third.reused == 0 and third.published == 1
+    with unit():
+        assert Document.get_by_id(third.documents[0].id).run == QUEUED

@@ -1,0 +1,73 @@
+"""enqueue_tasks: rows then messages for any task type; the type's context kept in the payload."""
+
+from __future__ import annotations
+
+import pytest
+
+from db.database import unit
+from db.models import DONE, QUEUED, RUNNING, Task
+from ingest.producer import enqueue_tasks, task_message
+from tests.ingest.factories import stream_messages
+
+
+def test_context_is_kept_in_the_payload_so_a_republish_rebuilds_the_message(settings, rclient, keys):
+    message_dict = {"role": "user", "content": "hello"}
+    (task_id,) = enqueue_tasks(
+        settings,
+        [
+            {
+                "task_type": "memory",
+                "priority": 1,
+                "memory_id": "m1",
+                "source_id": "s1",
+                "message_dict": message_dict,
+            }
+        ],
+    )
+    (message,) = stream_messages(rclient, keys, 1)
+    assert message == {
+        "id": task_id,
+        "doc_id": "",
+        "task_type": "memory",
+        "priority": 1,
+        "kb_id": "",
+        "tenant_id": "default",
+        "memory_id": "m1",
+        "source_id": "s1",
+        "message_dict": message_dict,
+    }
+    with unit():
+        row = Task.select().where(Task.id == task_id).dicts().get()
+    assert row["status"] == QUEUED and row["payload"] == {
+        "memory_id": "m1",
+        "source_id": "s1",
+        "message_dict": message_dict,
+    }
+    assert task_message(row) == message
+
+
+def test_a_given_id_of_an_unfinished_task_is_left_alone_and_a_finished_one_requeued(settings, rclient, keys):
+    enqueue_tasks(
+        settings, [{"id": "a" * 32, "task_type": "memory"}, {"id": "b" * 32, "task_type": "memory"}]
+    )
+    with unit():
+        Task.update(status=RUNNING, owner="c1", attempt=1).where(Task.id == "a" * 32).execute()
+        Task.update(status=DONE, progress=1.0).where(Task.id == "b" * 32).execute()
+    for stream in keys.queues:  # as acks would
+        rclient.delete(stream)
+    rclient.delete(keys.published("b" * 32))
+    enqueue_tasks(
+        settings, [{"id": "a" * 32, "task_type": "memory"}, {"id": "b" * 32, "task_type": "memory"}]
+    )
+    with unit():
+        a, b = Task.get_by_id("a" * 32), Task.get_by_id("b" * 32)
+    assert (a.status, a.owner, a.attempt) == (RUNNING, "c1", 1)
+    assert b.status == QUEUED
+    assert [m["id"] for m in stream_messages(rclient, keys, 0)] == ["b" * 32]  # a's entry is still live
+
+
+def test_the_same_id_twice_or_a_bad_priority_is_a_value_error(settings):
+    with pytest.raises(ValueError, match="same task id twice"):
+        enqueue_tasks(settings, [{"id": "x" * 32}, {"id": "x" * 32}])
+    with pytest.raises(ValueError, match="priority"):
+        enqueue_tasks(settings, [{"priority": 5}])
