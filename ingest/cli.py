@@ -1,0 +1,395 @@
+"""``ingest``: the command line of the producer side (``python -m ingest`` too).
+
+Verbs: ``init``, ``submit``, ``status``, ``cancel``, ``retry``, ``rm``, ``fleet``, ``search``.
+Settings come from the environment once (``Settings.from_env``); ``--db-url``, ``--redis-url``
+and ``--key-prefix`` override it, before or after the verb. Exit status: 0 when everything
+asked was done, 1 when something was not (a refused file, a failed document, an unknown id, an
+unreachable service: one line on stderr, no traceback), 2 for a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import orjson
+
+from db.config import Settings
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+_MYSQL_UNREACHABLE = {2002, 2003, 2005, 2006, 2013, 2055}
+PIPED_WIDTH = 200
+
+
+def _json_out(data: Any) -> None:
+    sys.stdout.write(
+        orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=str).decode()
+    )
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+
+
+def _err(text: str) -> None:
+    print(f"ingest: {text}", file=sys.stderr)
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    # Piped output gets a wide fixed width, so tables are not squeezed to 80 columns.
+    width = None if sys.stdout.isatty() else PIPED_WIDTH
+    return Console(highlight=False, soft_wrap=True, width=width)
+
+
+# -- verbs ---------------------------------------------------------------------------------
+
+
+def cmd_init(settings: Settings, args: argparse.Namespace) -> int:
+    from db.keys import Keys
+    from db.schema import init_schema
+    from db.streams import Streams, connect
+
+    report = init_schema(settings.db_url)
+    client = connect(settings.redis_url)
+    try:
+        keys = Keys(settings.key_prefix)
+        missing = [s for s in keys.queues if not _has_group(client, s, keys.group)]
+        Streams(client, keys).ensure_group()
+    finally:
+        client.close()
+    data = {
+        "database": _redact(settings.db_url),
+        "created_database": report.created_database,
+        "created_tables": report.created_tables,
+        "added_columns": report.added_columns,
+        "added_indexes": report.added_indexes,
+        "created_groups": missing,
+        "changed": report.changed or bool(missing),
+    }
+    if args.json:
+        _json_out(data)
+        return EXIT_OK
+    from ingest import render
+
+    render.init_report(_console(), data, group=Keys(settings.key_prefix).group)
+    return EXIT_OK
+
+
+def _has_group(client: Any, stream: str, group: str) -> bool:
+    import redis
+
+    try:
+        return any(g["name"] == group for g in client.xinfo_groups(stream))
+    except redis.ResponseError:  # no such stream
+        return False
+
+
+def cmd_submit(settings: Settings, args: argparse.Namespace) -> int:
+    from ingest.errors import PublishError
+    from ingest.producer import submit_documents
+
+    try:
+        result = submit_documents(
+            settings, args.paths, args.kb, tenant_id=args.tenant, priority=args.priority
+        )
+    except PublishError as exc:
+        partial = getattr(exc, "result", None)
+        for origin, reason in partial.refused if partial else []:
+            _err(f"refused {origin}: {reason}")
+        raise
+    for origin, reason in result.refused:
+        _err(f"refused {origin}: {reason}")
+    status = EXIT_FAILED if result.refused else EXIT_OK
+    data: dict[str, Any] = result.to_dict()
+    if not args.json:
+        from ingest import render
+
+        render.submitted(_console(), result)
+    if args.wait and result.documents:
+        from ingest.wait import ENDED, wait_for_documents
+
+        doc_ids = [d.id for d in result.documents]
+        rows, ended = wait_for_documents(settings, doc_ids, timeout_s=args.timeout, show=not args.json)
+        data["final"] = {d: rows.get(d) for d in doc_ids}
+        bad = [r for r in rows.values() if r["run"] in ENDED and r["run"] != "done"]
+        gone = [d for d in doc_ids if d not in rows]
+        for row in bad:
+            _err(f"document {row['name']} ({row['id']}) {row['run']}: {row['progress_msg']}")
+        for d in gone:
+            _err(f"document {d} was removed while waiting")
+        if not ended:
+            left = sum(1 for r in rows.values() if r["run"] not in ENDED)
+            _err(f"timed out after {args.timeout:g} s with {left} document(s) unfinished")
+        if bad or gone or not ended:
+            status = EXIT_FAILED
+    if args.json:
+        _json_out(data)
+    return status
+
+
+def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
+    import redis
+
+    from ingest import status as st
+
+    if args.id:
+        data = st.describe(settings, args.id)
+        if args.json:
+            _json_out(data)
+        else:
+            from ingest import render
+
+            render.described(_console(), data)
+        return EXIT_OK
+    data = st.summary(settings)
+    code = EXIT_OK
+    try:
+        data["redis"] = st.redis_summary(settings)
+    except redis.RedisError as exc:
+        data["redis"] = {"error": f"Redis unreachable at {_redact(settings.redis_url)}: {exc}"}
+        _err(data["redis"]["error"])
+        code = EXIT_FAILED
+    if args.json:
+        _json_out(data)
+    else:
+        from ingest import render
+
+        render.summary(_console(), data)
+    return code
+
+
+def cmd_cancel(settings: Settings, args: argparse.Namespace) -> int:
+    from ingest.control import cancel
+
+    result = cancel(settings, args.id)
+    if args.json:
+        _json_out(result.to_dict())
+    elif result.task_ids:
+        print(f"cancelled {len(result.task_ids)} task(s) of {result.target} {args.id}")
+    if not result.task_ids:
+        _err(f"nothing to cancel: {result.target} {args.id} has no queued, running or held task")
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def cmd_retry(settings: Settings, args: argparse.Namespace) -> int:
+    from ingest.control import retry
+
+    result = retry(settings, args.id, failed=args.failed) if args.id else retry(settings, failed=True)
+    for id_, why in result.skipped:
+        _err(f"not retried {id_}: {why}")
+    if args.json:
+        _json_out(result.to_dict())
+    else:
+        live = len(result.task_ids) - result.published
+        print(
+            f"re-queued {len(result.task_ids)} task(s): {result.published} published, {live} still had a stream entry"
+        )
+    return EXIT_FAILED if result.skipped else EXIT_OK
+
+
+def cmd_rm(settings: Settings, args: argparse.Namespace) -> int:
+    from ingest.control import remove_document, remove_kb
+
+    if args.kb:
+        result = remove_kb(settings, args.kb, tenant_id=args.tenant)
+        what = f"knowledge base {args.kb}"
+    else:
+        result = remove_document(settings, args.doc_id)
+        what = f"document {args.doc_id}"
+    if args.json:
+        _json_out(result.to_dict())
+    else:
+        print(
+            f"removed {what}: {len(result.doc_ids)} document(s), {result.tasks_removed} task(s), "
+            f"{result.chunks_removed} chunk(s); {len(result.cancelled)} unfinished task(s) cancelled"
+        )
+    return EXIT_OK
+
+
+def cmd_fleet(settings: Settings, args: argparse.Namespace) -> int:
+    from ingest.status import fleet
+
+    beats = fleet(settings)
+    if args.json:
+        _json_out(beats)
+    else:
+        from ingest import render
+
+        render.fleet(_console(), beats)
+    return EXIT_OK
+
+
+def cmd_search(settings: Settings, args: argparse.Namespace) -> int:
+    from db.database import connection, init_database
+    from db.models import KnowledgeBase
+    from ingest import ids
+    from ingest.errors import NotFound
+
+    init_database(settings.db_url)
+    with connection():
+        if KnowledgeBase.get_or_none(KnowledgeBase.id == ids.kb_id(args.tenant, args.kb)) is None:
+            raise NotFound(f"no knowledge base {args.kb!r} (tenant {args.tenant!r})")
+    try:
+        from ingest.search import search
+    except ImportError as exc:
+        _err(f"search is not available here: {exc}")
+        return EXIT_FAILED
+    hits = search(settings, args.kb, args.query, k=args.k, tenant_id=args.tenant)
+    rows = [_hit_dict(h) for h in hits]
+    if args.json:
+        _json_out(rows)
+    else:
+        from ingest import render
+
+        render.hits(_console(), rows)
+    return EXIT_OK
+
+
+def _hit_dict(hit: Any) -> dict[str, Any]:
+    fields = ("doc_id", "doc_name", "page", "score", "content", "chunk_id")
+    return {f: (hit.get(f) if isinstance(hit, dict) else getattr(hit, f, None)) for f in fields}
+
+
+# -- parser --------------------------------------------------------------------------------
+
+
+def _global_options(parser: argparse.ArgumentParser, *, in_verb: bool) -> None:
+    # On a verb the default is SUPPRESS, so an option given before the verb is not undone.
+    default = argparse.SUPPRESS if in_verb else None
+    group = parser.add_argument_group(
+        "connection (override INGEST_DB_URL, INGEST_REDIS_URL, INGEST_KEY_PREFIX)"
+    )
+    group.add_argument("--db-url", default=default, help="database URL (mysql://… or sqlite:///PATH)")
+    group.add_argument("--redis-url", default=default, help="Redis URL")
+    group.add_argument("--key-prefix", default=default, help="prefix of every Redis key")
+    group.add_argument("--traceback", action="store_true", default=default, help="show a traceback on errors")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ingest",
+        description="Enqueue documents for the executor fleet, follow them, search the result.",
+    )
+    _global_options(parser, in_verb=False)
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+
+    def verb(name: str, func: Callable[[Settings, argparse.Namespace], int], text: str, *, json: bool = True):
+        sub = verbs.add_parser(name, help=text, description=text)
+        sub.set_defaults(func=func)
+        if json:
+            sub.add_argument("--json", action="store_true", help="print JSON on stdout")
+        _global_options(sub, in_verb=True)
+        return sub
+
+    verb(
+        "init",
+        cmd_init,
+        "Create the database if missing, the tables (bringing an older schema up to date) and the "
+        "consumer group; on a current setup it changes nothing.",
+    )
+    sub = verb("submit", cmd_submit, "Store files' bytes, write their rows and publish one message per task.")
+    sub.add_argument("paths", nargs="+", metavar="PATH", help="a file, or a folder (the files under it)")
+    sub.add_argument("--kb", required=True, metavar="NAME", help="knowledge base (created when missing)")
+    sub.add_argument("--tenant", default="default", metavar="ID", help="tenant of the knowledge base")
+    sub.add_argument("--priority", type=int, choices=(0, 1), default=0, help="1 is read before 0")
+    sub.add_argument("--wait", action="store_true", help="show progress until every document ends")
+    sub.add_argument(
+        "--timeout", type=float, default=None, metavar="S", help="with --wait: give up after S s"
+    )
+    sub = verb("status", cmd_status, "Counts of tasks and documents, or one task or document.")
+    sub.add_argument("id", nargs="?", metavar="TASK_OR_DOC_ID")
+    sub = verb("cancel", cmd_cancel, "Cancel a task, or every unfinished task of a document.")
+    sub.add_argument("id", metavar="TASK_OR_DOC_ID")
+    sub = verb("retry", cmd_retry, "Re-queue failed, dead or cancelled tasks and publish them afresh.")
+    which = sub.add_mutually_exclusive_group(required=True)
+    which.add_argument("id", nargs="?", metavar="TASK_OR_DOC_ID")
+    which.add_argument(
+        "--failed", action="store_true", help="every failed or dead task of a current generation"
+    )
+    sub = verb("rm", cmd_rm, "Remove a document, or a whole knowledge base: rows, chunks and bytes.")
+    which = sub.add_mutually_exclusive_group(required=True)
+    which.add_argument("doc_id", nargs="?", metavar="DOC_ID")
+    which.add_argument("--kb", metavar="NAME", help="remove this knowledge base")
+    sub.add_argument("--tenant", default="default", metavar="ID", help="tenant of the knowledge base")
+    verb("fleet", cmd_fleet, "Live executors and their heartbeats.")
+    sub = verb("search", cmd_search, "The chunks of a knowledge base closest to a query.")
+    sub.add_argument("query", metavar="QUERY")
+    sub.add_argument("--kb", required=True, metavar="NAME")
+    sub.add_argument("--tenant", default="default", metavar="ID")
+    sub.add_argument("-k", type=int, default=5, metavar="N", help="how many chunks (default 5)")
+    return parser
+
+
+# -- errors --------------------------------------------------------------------------------
+
+
+def _redact(url: str) -> str:
+    return re.sub(r"//([^:/@]*):[^@/]*@", r"//\1:***@", url)
+
+
+def _db_code(exc: BaseException) -> int | None:
+    for candidate in (exc, exc.__cause__, exc.__context__):
+        args = getattr(candidate, "args", ())
+        if args and isinstance(args[0], int):
+            return args[0]
+    return None
+
+
+def explain(exc: BaseException, settings: Settings | None) -> str | None:
+    """One line for an error a person can act on; None for a bug (shown with its traceback)."""
+    import peewee
+    import pymysql
+    import redis
+
+    from ingest.errors import IngestError
+
+    db_url = _redact(settings.db_url) if settings else "the database"
+    redis_url = _redact(settings.redis_url) if settings else "Redis"
+    if isinstance(exc, (IngestError, LookupError)):
+        return str(exc).strip("'\"") if isinstance(exc, KeyError) else str(exc)
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        return f"Redis unreachable at {redis_url}: {exc}"
+    if isinstance(exc, redis.RedisError):
+        return f"Redis error at {redis_url}: {exc}"
+    if isinstance(exc, (peewee.DatabaseError, peewee.InterfaceError, pymysql.err.MySQLError)):
+        code = _db_code(exc)
+        if code in _MYSQL_UNREACHABLE:
+            return f"database unreachable at {db_url}: {exc}"
+        if code == 1049:
+            return f"database missing at {db_url}: run `ingest init`"
+        if code == 1146 or "no such table" in str(exc):
+            return f"tables missing in {db_url}: run `ingest init` ({exc})"
+        if code == 1045:
+            return f"database refused the credentials for {db_url}: {exc}"
+        return f"database error at {db_url}: {exc}"
+    if isinstance(exc, (ValueError, OSError)):
+        return str(exc)
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    settings: Settings | None = None
+    try:
+        overrides = {"db_url": args.db_url, "redis_url": args.redis_url, "key_prefix": args.key_prefix}
+        settings = Settings.from_env(os.environ, **overrides)
+        return int(args.func(settings, args))
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
+    except Exception as exc:
+        line = explain(exc, settings)
+        if line is None or args.traceback:
+            raise
+        _err(line)
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""The CLI's reading side: counts of tasks and documents, one task or document, the fleet.
+
+Everything here reads; nothing writes. The database is the truth about tasks; Redis adds what
+only it knows (stream lengths, pending entries, dead letters, heartbeats).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any
+
+import orjson
+import peewee
+import redis
+
+from db.config import Settings
+from db.database import connection, init_database
+from db.keys import Keys
+from db.models import TASK_STATES, Document, KnowledgeBase, Task
+from db.streams import connect
+from ingest.errors import NotFound
+
+DOCUMENT_TASKS_SHOWN = 1000
+
+
+def summary(settings: Settings) -> dict[str, Any]:
+    """Tasks by status and by type, documents by run state, knowledge bases."""
+    init_database(settings.db_url)
+    by_type: dict[str, dict[str, int]] = defaultdict(dict)
+    by_status: dict[str, int] = dict.fromkeys(TASK_STATES, 0)
+    with connection():
+        query = Task.select(Task.task_type, Task.status, peewee.fn.COUNT(Task.id)).group_by(
+            Task.task_type, Task.status
+        )
+        for task_type, status, n in query.tuples():
+            by_type[task_type][status] = int(n)
+            by_status[status] = by_status.get(status, 0) + int(n)
+        docs = {
+            run: int(n)
+            for run, n in Document.select(Document.run, peewee.fn.COUNT(Document.id))
+            .group_by(Document.run)
+            .tuples()
+        }
+        kbs = KnowledgeBase.select().count()
+    return {
+        "tasks": {"total": sum(by_status.values()), "by_status": by_status, "by_type": dict(by_type)},
+        "documents": {"total": sum(docs.values()), "by_run": docs},
+        "knowledge_bases": kbs,
+    }
+
+
+def redis_summary(settings: Settings) -> dict[str, Any]:
+    """Stream lengths and pending entries, dead letters, live executors, fleet counters."""
+    keys = Keys(settings.key_prefix)
+    client = connect(settings.redis_url)
+    try:
+        streams = {}
+        for stream in keys.queues:
+            length = int(client.xlen(stream))
+            try:
+                pending = int(client.xpending(stream, keys.group)["pending"])
+            except redis.ResponseError:  # no group yet (`ingest init` not run)
+                pending = 0
+            streams[stream] = {"length": length, "pending": pending}
+        executors = sum(1 for _ in client.scan_iter(match=keys.executor_pattern, count=1000))
+        stats = {k: _number(v) for k, v in client.hgetall(keys.stats).items()}
+        return {
+            "streams": streams,
+            "dead_letters": int(client.xlen(keys.dead)),
+            "executors": executors,
+            "stats": stats,
+        }
+    finally:
+        client.close()
+
+
+def _number(value: str) -> int | float | str:
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            continue
+    return value
+
+
+def task_dict(task: dict[str, Any], *, with_chunk_ids: bool = True) -> dict[str, Any]:
+    out = dict(task)
+    chunk_ids = (out.pop("chunk_ids", "") or "").split()
+    out["chunk_count"] = len(chunk_ids)
+    if with_chunk_ids:
+        out["chunk_ids"] = chunk_ids
+    return out
+
+
+def describe(settings: Settings, id_: str) -> dict[str, Any]:
+    """One task (``{"kind": "task", "task": …}``) or one document with its current
+    generation's tasks (``{"kind": "document", "document": …, "tasks": […]}``)."""
+    init_database(settings.db_url)
+    with connection():
+        task = Task.get_or_none(Task.id == id_)
+        if task is not None:
+            return {"kind": "task", "task": task_dict(task.to_dict())}
+        doc = Document.get_or_none(Document.id == id_)
+        if doc is None:
+            raise NotFound(f"no task or document with id {id_!r}")
+        kb = KnowledgeBase.get_or_none(KnowledgeBase.id == doc.kb_id)
+        tasks = list(
+            Task.select()
+            .where((Task.doc_id == doc.id) & (Task.generation == doc.generation))
+            .order_by(Task.from_page, Task.id)
+            .limit(DOCUMENT_TASKS_SHOWN)
+            .dicts()
+        )
+        older = {
+            status: int(n)
+            for status, n in Task.select(Task.status, peewee.fn.COUNT(Task.id))
+            .where((Task.doc_id == doc.id) & (Task.generation < doc.generation))
+            .group_by(Task.status)
+            .tuples()
+        }
+    document = doc.to_dict()
+    document["kb_name"] = kb.name if kb else None
+    return {
+        "kind": "document",
+        "document": document,
+        "tasks": [task_dict(t, with_chunk_ids=False) for t in tasks],
+        "older_generations": older,
+    }
+
+
+def fleet(settings: Settings) -> list[dict[str, Any]]:
+    """Every live executor's heartbeat (``executor:{consumer}``), with ``age_s`` added."""
+    keys = Keys(settings.key_prefix)
+    client = connect(settings.redis_url)
+    try:
+        names = sorted(client.scan_iter(match=keys.executor_pattern, count=1000))
+        values = client.mget(names) if names else []
+    finally:
+        client.close()
+    now = time.time()
+    beats = []
+    for name, raw in zip(names, values, strict=True):
+        if raw is None:  # expired between SCAN and MGET
+            continue
+        consumer = name[len(keys.executor("")) :]
+        try:
+            beat = orjson.loads(raw)
+            if not isinstance(beat, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as exc:
+            beats.append({"consumer": consumer, "error": f"unreadable heartbeat: {exc}"})
+            continue
+        beat.setdefault("consumer", consumer)
+        beat["age_s"] = _age_s(beat.get("now"), now)
+        beats.append(beat)
+    return beats
+
+
+def _age_s(stamp: Any, now: float) -> float | None:
+    """Seconds since a heartbeat's ``now`` (seconds or milliseconds since the epoch)."""
+    if not isinstance(stamp, (int, float)) or isinstance(stamp, bool):
+        return None
+    seconds = stamp / 1000.0 if stamp > 1e11 else float(stamp)
+    return round(max(0.0, now - seconds), 3)

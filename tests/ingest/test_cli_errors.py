@@ -1,0 +1,60 @@
+"""The CLI explains what a person can act on in one line, without a traceback, and exits 1;
+usage errors exit 2."""
+
+from __future__ import annotations
+
+import pytest
+
+from ingest.cli import main
+from tests.ingest.factories import cli_args
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_database_unreachable(settings, capsys):
+    assert main(["status", *cli_args(settings), "--db-url", "mysql://root:secret@127.0.0.1:1/x"]) == 1
+    err = _one_line_error(capsys)
+    assert err.startswith("ingest: database unreachable at mysql://root:***@127.0.0.1:1/x")
+    assert "secret" not in err
+
+
+def test_database_missing_says_run_init(settings, capsys):
+    url = settings.db_url + "_missing"
+    assert main(["status", *cli_args(settings), "--db-url", url]) == 1
+    assert _one_line_error(capsys) == f"ingest: database missing at {url}: run `ingest init`\n"
+
+
+def test_redis_unreachable(settings, capsys):
+    assert main(["fleet", *cli_args(settings), "--redis-url", "redis://127.0.0.1:1/0"]) == 1
+    assert _one_line_error(capsys).startswith("ingest: Redis unreachable at redis://127.0.0.1:1/0")
+
+
+def test_status_shows_the_database_part_and_exits_1_without_redis(settings, capsys):
+    assert main(["status", "--json", *cli_args(settings), "--redis-url", "redis://127.0.0.1:1/0"]) == 1
+    out, err = capsys.readouterr()
+    assert '"total": 0' in out and "Redis unreachable" in err
+
+
+def test_global_options_work_before_and_after_the_verb(settings, capsys):
+    assert main([*cli_args(settings), "fleet", "--json"]) == 0
+    assert capsys.readouterr().out.strip() == "[]"
+
+
+def test_usage_errors_exit_2(settings, capsys):
+    for argv in (["submit", "a.txt", "--kb", "k", "--priority", "2"], ["retry"], ["rm"], []):
+        with pytest.raises(SystemExit) as exited:
+            main([*argv, *cli_args(settings)])
+        assert exited.value.code == 2, argv
+    capsys.readouterr()
+
+
+def test_every_verb_has_help(capsys):
+    for verb in ("init", "submit", "status", "cancel", "retry", "rm", "fleet", "search"):
+        with pytest.raises(SystemExit) as exited:
+            main([verb, "--help"])
+        assert exited.value.code == 0
+        assert "--db-url" in capsys.readouterr().out

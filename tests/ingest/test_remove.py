@@ -1,0 +1,53 @@
+"""rm: a document or a whole knowledge base goes, with its tasks, chunks and bytes; its
+unfinished tasks are told to stop."""
+
+from __future__ import annotations
+
+import pytest
+
+from db.database import unit
+from db.models import Chunk, Document, DocumentBlob, KnowledgeBase, Task
+from ingest.cli import main
+from ingest.control import remove_document, remove_kb
+from ingest.errors import NotFound
+from ingest.producer import submit_documents
+from tests.ingest.factories import cli_args, finish_task
+
+
+def test_rm_document_removes_rows_chunks_and_bytes_and_cancels_unfinished(settings, rclient, keys):
+    result = submit_documents(settings, [("a.txt", b"a"), ("b.txt", b"b")], "kb1")
+    a, b = result.documents
+    finish_task(a.task_ids[0], chunks=3)
+    removed = remove_document(settings, b.id)
+    assert removed.doc_ids == [b.id] and removed.cancelled == b.task_ids and removed.tasks_removed == 1
+    assert rclient.exists(keys.cancel(b.task_ids[0]))
+    removed = remove_document(settings, a.id)
+    assert removed.chunks_removed == 3 and removed.cancelled == []
+    with unit():
+        assert Document.select().count() == Task.select().count() == Chunk.select().count() == 0
+        assert DocumentBlob.select().count() == 0
+        assert KnowledgeBase.get_by_id(result.kb_id).doc_num == 0
+    with pytest.raises(NotFound):
+        remove_document(settings, a.id)
+
+
+def test_cli_rm_kb_removes_that_knowledge_base_only(settings, capsys):
+    one = submit_documents(settings, [("a.txt", b"a"), ("b.txt", b"b")], "kb1")
+    two = submit_documents(settings, [("a.txt", b"a")], "kb2")
+    finish_task(one.task_ids[0])
+    assert main(["rm", "--kb", "kb1", *cli_args(settings)]) == 0
+    assert "removed knowledge base kb1: 2 document(s), 2 task(s), 2 chunk(s)" in capsys.readouterr().out
+    with unit():
+        assert [k.name for k in KnowledgeBase.select()] == ["kb2"]
+        assert [d.id for d in Document.select()] == [two.documents[0].id]
+        assert [t.id for t in Task.select()] == two.task_ids
+        assert DocumentBlob.select().count() == 1
+    assert main(["rm", "--kb", "kb1", *cli_args(settings)]) == 1
+    assert capsys.readouterr().err == "ingest: no knowledge base 'kb1' (tenant 'default')\n"
+
+
+def test_remove_kb_of_another_tenant_is_not_found(settings):
+    submit_documents(settings, [("a.txt", b"a")], "kb1", tenant_id="t1")
+    with pytest.raises(NotFound):
+        remove_kb(settings, "kb1")
+    assert remove_kb(settings, "kb1", tenant_id="t1").doc_ids
