@@ -211,11 +211,11 @@ def _stage(
             continue
         seen[item.name] = item.origin
         doc = ids.doc_id(kb, item.name)
-        digest = ids.content_hash(item.data)
+        content = ids.content_hash(item.data)
         doc_type = doc_type_of(item.name)
-        location = location_for(kb, doc, digest)
+        location = location_for(kb, doc, content)
         pages = count_pdf_pages(item.data) if doc_type == "pdf" else None
-        staged.append(_Staged(item.name, item.origin, doc, len(item.data), digest, doc_type, location, pages))
+        staged.append(_Staged(item.name, item.origin, doc, len(item.data), content, doc_type, location, pages))
         batch.append((location, item.data))
         batch_bytes += len(item.data)
         if batch_bytes >= STORE_BATCH_BYTES or len(batch) >= STORE_BATCH_FILES:
@@ -245,14 +245,26 @@ class _Spec:
         return {"dataflow_id": self.dataflow_id} if self.dataflow_id else None
 
 
+def _is_deadlock(exc: BaseException | None) -> bool:
+    # After a deadlock InnoDB has rolled the whole transaction back, so the savepoint rollback
+    # of a nested unit() fails too: the deadlock may be the context of the error raised.
+    seen = 0
+    while exc is not None and seen < 5:
+        args = getattr(exc, "args", ())
+        if args and args[0] in _DEADLOCK_CODES:
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
 def _with_deadlock_retry(work: Any) -> _Plan:
+    """Run ``work`` in one transaction; again (up to three times) when it lost a deadlock."""
     for attempt in range(1, _DEADLOCK_TRIES + 1):
         try:
             with unit():
                 return work()
-        except peewee.OperationalError as exc:
-            code = exc.args[0] if exc.args else None
-            if code not in _DEADLOCK_CODES or attempt == _DEADLOCK_TRIES:
+        except peewee.DatabaseError as exc:
+            if not _is_deadlock(exc) or attempt == _DEADLOCK_TRIES:
                 raise
             log.warning("submit: %s, trying again (%d/%d)", exc, attempt, _DEADLOCK_TRIES)
     raise AssertionError("unreachable")

@@ -22,6 +22,7 @@ from db.streams import connect
 ENDED = (DONE, "failed", CANCELLED, "dead")
 BARS_SHOWN = 30  # more documents than this: one overall bar
 BATCH = 1000
+MIN_POLL_S = 0.1
 
 
 def read_documents(doc_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -103,9 +104,10 @@ def wait_for_documents(
                     return rows, True
                 if deadline is not None and time.monotonic() >= deadline:
                     return rows, False
-                waker.sleep(
-                    poll_s if deadline is None else max(0.01, min(poll_s, deadline - time.monotonic()))
-                )
+                polled = time.monotonic()
+                waker.sleep(poll_s if deadline is None else max(0.01, min(poll_s, deadline - polled)))
+                # a busy fleet publishes many events: read the database at most every MIN_POLL_S
+                time.sleep(max(0.0, MIN_POLL_S - (time.monotonic() - polled)))
     finally:
         waker.close()
 
