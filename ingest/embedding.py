@@ -1,0 +1,294 @@
+"""Embedding: the model loaded once per process, and one batching service per executor.
+
+:func:`load_embedder` loads the SentenceTransformer named by ``INGEST_EMBEDDING_MODEL`` once
+per process (offline, on the CPU, torch using every core this process may run on) and reads
+its dimension once. Vectors are float32 and normalised, so a dot product is the cosine.
+
+:class:`EmbeddingService` is shared by all tasks of an executor: each task submits its texts
+with :meth:`~EmbeddingService.embed`; one consumer loop takes pending texts from every waiting
+task in turn into batches of ``INGEST_EMBEDDING_BATCH`` and encodes each batch in a thread
+under the ``embed_limiter``, so chunks of tasks running at the same time share batches
+instead of being encoded one task at a time; vectors are routed back to their tasks.
+
+sentence-transformers (and torch) are imported only when a model is loaded: ``import ingest``
+and parse worker processes never pay for them.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import trio
+
+from ingest.errors import PermanentError
+
+log = logging.getLogger(__name__)
+
+
+def model_identity(model: str) -> str:
+    """How a knowledge base records its model: a hub name as is, a local copy by its last two
+    path parts (the same model installed at another path on another host is the same model)."""
+    path = os.path.expanduser(model)
+    if not os.path.isdir(path):
+        return model
+    parts = os.path.normpath(os.path.abspath(path)).split(os.sep)
+    return "/".join(p for p in parts[-2:] if p)
+
+
+def cpu_threads() -> int:
+    """Cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class Embedder:
+    """A loaded SentenceTransformer: ``encode`` → normalised float32 rows of ``dim`` columns."""
+
+    def __init__(self, model: str, st_model: Any) -> None:
+        self.model = model
+        self.identity = model_identity(model)
+        self._st = st_model
+        get_dim = (
+            getattr(st_model, "get_embedding_dimension", None) or st_model.get_sentence_embedding_dimension
+        )
+        self.dim = int(get_dim())
+        self.max_seq_length = int(getattr(st_model, "max_seq_length", 0) or 0)
+
+    def encode(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vectors = self._st.encode(
+            list(texts),
+            batch_size=batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+        )
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+_embedders: dict[str, Embedder] = {}
+_load_lock = threading.Lock()
+
+
+def load_embedder(model: str) -> Embedder:
+    """The process's one :class:`Embedder` for ``model`` (loaded on first use; blocking)."""
+    with _load_lock:
+        embedder = _embedders.get(model)
+        if embedder is None:
+            embedder = _embedders[model] = Embedder(model, _load_sentence_transformer(model))
+        return embedder
+
+
+def _load_sentence_transformer(model: str) -> Any:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never download at run time
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    torch.set_num_threads(cpu_threads())
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except ImportError:  # pragma: no cover - a dependency of sentence-transformers
+        pass
+    try:
+        st_model = SentenceTransformer(model, device="cpu")
+    except Exception as exc:  # noqa: BLE001 - any loader failure means this model cannot be used
+        raise PermanentError(f"cannot load embedding model {model!r}: {type(exc).__name__}: {exc}") from None
+    st_model.eval()
+    return st_model
+
+
+def encode_texts(model: str, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
+    """Blocking: ``texts`` embedded by ``model`` (loaded once per process)."""
+    return load_embedder(model).encode(texts, batch_size)
+
+
+@dataclass(frozen=True)
+class EmbeddingStatistics:
+    """What the service has done: encode calls, texts, and batches shared by several tasks."""
+
+    encode_calls: int
+    texts_encoded: int
+    shared_batches: int  # batches holding texts of more than one request
+    largest_batch: int
+    requests_waiting: int
+
+
+@dataclass(eq=False)
+class _Request:
+    texts: Sequence[str]
+    on_progress: Callable[[int, int], None] | None
+    vectors: np.ndarray | None = None
+    sent: int = 0  # texts handed to a batch
+    done: int = 0  # texts with vectors
+    error: BaseException | None = None
+    abandoned: bool = False
+    finished: trio.Event = field(default_factory=trio.Event)
+
+
+class EmbeddingService:
+    """Batches texts of concurrent tasks through one model (one service per executor)."""
+
+    def __init__(
+        self,
+        model: str,
+        batch_size: int,
+        limiter: trio.CapacityLimiter,
+        *,
+        loader: Callable[[str], Embedder] = load_embedder,
+    ) -> None:
+        self.model = model
+        self.batch_size = max(1, batch_size)
+        self._limiter = limiter
+        self._loader = loader
+        self._embedder: Embedder | None = None
+        self._pending: deque[_Request] = deque()
+        self._wakeup = trio.Event()
+        self._consumer_token: object | None = None
+        self._encode_calls = self._texts = self._shared = self._largest = 0
+
+    async def embedder(self) -> Embedder:
+        """The loaded model (loaded in a thread under the embed limiter the first time)."""
+        if self._embedder is None:
+            loaded = _embedders.get(self.model) if self._loader is load_embedder else None
+            self._embedder = loaded or await trio.to_thread.run_sync(
+                self._loader, self.model, limiter=self._limiter
+            )
+        return self._embedder
+
+    async def dimension(self) -> int:
+        return (await self.embedder()).dim
+
+    async def embed(
+        self, texts: Sequence[str], on_progress: Callable[[int, int], None] | None = None
+    ) -> np.ndarray:
+        """Vectors of ``texts`` (rows in order), batched with other tasks' texts."""
+        if not texts:
+            return np.zeros((0, await self.dimension()), dtype=np.float32)
+        self._ensure_consumer()
+        request = _Request(texts, on_progress)
+        self._pending.append(request)
+        self._wakeup.set()
+        try:
+            await request.finished.wait()
+        except BaseException:
+            request.abandoned = True  # cancelled: its texts not yet sent are dropped
+            if request in self._pending:
+                self._pending.remove(request)
+            raise
+        if request.error is not None:  # each task gets its own exception object
+            raise type(request.error)(*request.error.args)
+        assert request.vectors is not None
+        return request.vectors
+
+    def statistics(self) -> EmbeddingStatistics:
+        return EmbeddingStatistics(
+            encode_calls=self._encode_calls,
+            texts_encoded=self._texts,
+            shared_batches=self._shared,
+            largest_batch=self._largest,
+            requests_waiting=len(self._pending),
+        )
+
+    def _ensure_consumer(self) -> None:
+        token = trio.lowlevel.current_trio_token()
+        if self._consumer_token is not token:
+            self._consumer_token = token
+            self._wakeup = trio.Event()
+            trio.lowlevel.spawn_system_task(self._consume, name="embedding-service")
+
+    async def _consume(self) -> None:
+        try:
+            while True:
+                if not self._pending:
+                    self._wakeup = trio.Event()
+                    await self._wakeup.wait()
+                    continue
+                await trio.lowlevel.checkpoint()  # tasks submitting at this moment join the batch
+                batch = self._take_batch()
+                if batch:
+                    await self._encode(batch)
+        except Exception as exc:  # never crash the run from a system task: fail the waiters
+            log.exception("embedding service stopped")
+            self._fail_all(PermanentError(f"embedding service stopped: {type(exc).__name__}: {exc}"))
+        finally:
+            self._consumer_token = None
+            self._fail_all(PermanentError("embedding service stopped"))
+
+    def _take_batch(self) -> list[tuple[_Request, int, int]]:
+        """Up to ``batch_size`` texts taken from every waiting request in turn."""
+        batch: list[tuple[_Request, int, int]] = []
+        room = self.batch_size
+        while room and self._pending:
+            share = max(1, math.ceil(room / len(self._pending)))
+            for request in list(self._pending):
+                take = min(share, room, len(request.texts) - request.sent)
+                if take > 0:
+                    batch.append((request, request.sent, request.sent + take))
+                    request.sent += take
+                    room -= take
+                if request.sent >= len(request.texts):
+                    self._pending.remove(request)
+                if not room:
+                    break
+        return batch
+
+    async def _encode(self, batch: list[tuple[_Request, int, int]]) -> None:
+        texts = [t for request, start, end in batch for t in request.texts[start:end]]
+        try:
+            embedder = await self.embedder()
+            vectors = await trio.to_thread.run_sync(embedder.encode, texts, len(texts), limiter=self._limiter)
+        except Exception as exc:  # noqa: BLE001 - routed to the tasks whose texts these were
+            error = exc if isinstance(exc, PermanentError) else PermanentError(f"embedding failed: {exc}")
+            for request, _, _ in batch:
+                self._finish(request, error)
+            return
+        self._encode_calls += 1
+        self._texts += len(texts)
+        self._largest = max(self._largest, len(texts))
+        if len({id(request) for request, _, _ in batch}) > 1:
+            self._shared += 1
+        offset = 0
+        for request, start, end in batch:
+            count = end - start
+            if not request.abandoned and request.error is None:
+                if request.vectors is None:
+                    request.vectors = np.empty((len(request.texts), vectors.shape[1]), dtype=np.float32)
+                request.vectors[start:end] = vectors[offset : offset + count]
+                request.done += count
+                self._report(request)
+                if request.done >= len(request.texts):
+                    self._finish(request)
+            offset += count
+
+    @staticmethod
+    def _report(request: _Request) -> None:
+        if request.on_progress is not None:
+            try:
+                request.on_progress(request.done, len(request.texts))
+            except Exception:  # a progress callback must not stop the service
+                log.exception("embedding progress callback failed")
+
+    def _finish(self, request: _Request, error: BaseException | None = None) -> None:
+        if error is not None and request.error is None:
+            request.error = error
+            if request in self._pending:
+                self._pending.remove(request)
+        request.finished.set()
+
+    def _fail_all(self, error: BaseException) -> None:
+        while self._pending:
+            self._finish(self._pending.popleft(), error)

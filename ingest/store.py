@@ -1,0 +1,131 @@
+"""The knowledge-base store: a task's chunks and vectors written with deterministic ids.
+
+A chunk's id is the xxh128 of its task id and position (``LIFECYCLE.md``), so running a task
+again overwrites its own chunks (upserts, never duplicates) and never touches another
+generation's. A rerun that yields fewer chunks first deletes the positions past its new count.
+Each function here is blocking and one unit of work (its own connection and transaction):
+call it through ``trio.to_thread.run_sync`` under the ``db_limiter``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import xxhash
+
+from db.database import is_mysql, lock_for_update, unit
+from db.models import Chunk as ChunkRow
+from db.models import KnowledgeBase, now_ms
+from ingest.chunking import Chunk
+from ingest.errors import PermanentError
+
+MAX_ROWS_PER_STATEMENT = 500
+MAX_BYTES_PER_STATEMENT = 4 << 20  # well under MySQL's 16 MiB max_allowed_packet
+_UPDATED_COLUMNS = (
+    "kb_id", "doc_id", "task_id", "generation", "position", "page", "content", "token_num", "vector", "meta",
+)  # fmt: skip
+
+
+def chunk_id(task_id: str, position: int) -> str:
+    """The chunk at ``position`` of task ``task_id``: 32 hex characters, the same every run."""
+    return xxhash.xxh128_hexdigest(f"{task_id}:{position}".encode())
+
+
+def vector_bytes(vector: np.ndarray) -> bytes:
+    return np.ascontiguousarray(vector, dtype=np.float32).tobytes()
+
+
+def vector_from_bytes(data: bytes) -> np.ndarray:
+    return np.frombuffer(data, dtype=np.float32)
+
+
+def store_chunks(
+    *,
+    kb_id: str,
+    doc_id: str,
+    task_id: str,
+    generation: int,
+    chunks: Sequence[Chunk],
+    vectors: np.ndarray,
+    meta: Sequence[Mapping[str, Any] | None] | None = None,
+) -> list[str]:
+    """Upsert a task's chunks in one transaction; return their ids in position order."""
+    if len(vectors) != len(chunks):
+        raise ValueError(f"{len(chunks)} chunks but {len(vectors)} vectors")
+    now = now_ms()
+    rows = [
+        {
+            "id": chunk_id(task_id, chunk.position),
+            "kb_id": kb_id,
+            "doc_id": doc_id,
+            "task_id": task_id,
+            "generation": generation,
+            "position": chunk.position,
+            "page": chunk.page,
+            "content": chunk.content,
+            "token_num": chunk.token_num,
+            "vector": vector_bytes(vectors[i]),
+            "meta": dict(meta[i]) if meta is not None and meta[i] is not None else None,
+            "create_time": now,
+        }
+        for i, chunk in enumerate(chunks)
+    ]
+    with unit():
+        ChunkRow.delete().where((ChunkRow.task_id == task_id) & (ChunkRow.position >= len(rows))).execute()
+        for batch in _batches(rows):
+            query = ChunkRow.insert_many(batch)
+            preserve = [ChunkRow._meta.fields[c] for c in _UPDATED_COLUMNS]
+            if is_mysql():
+                query = query.on_conflict(preserve=preserve)
+            else:
+                query = query.on_conflict(conflict_target=[ChunkRow.id], preserve=preserve)
+            query.execute()
+    return [row["id"] for row in rows]
+
+
+def _batches(rows: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
+    batch: list[dict[str, Any]] = []
+    size = 0
+    for row in rows:
+        row_bytes = len(row["content"].encode()) * 2 + len(row["vector"]) * 2 + 256  # hex/escaping
+        if batch and (len(batch) >= MAX_ROWS_PER_STATEMENT or size + row_bytes > MAX_BYTES_PER_STATEMENT):
+            yield batch
+            batch, size = [], 0
+        batch.append(row)
+        size += row_bytes
+    if batch:
+        yield batch
+
+
+def delete_task_chunks(task_id: str) -> int:
+    """Remove every chunk a task wrote (after a cancel); returns how many."""
+    with unit():
+        return ChunkRow.delete().where(ChunkRow.task_id == task_id).execute()
+
+
+def record_embedding_model(kb_id: str, model: str, dim: int, note: str = "") -> None:
+    """Record the knowledge base's model and dimension the first time; refuse another one.
+
+    ``note`` (e.g. a chunk size longer than the model reads) is added to the knowledge base's
+    note once.
+    """
+    with unit():
+        kb = lock_for_update(KnowledgeBase.select().where(KnowledgeBase.id == kb_id)).first()
+        if kb is None:
+            raise PermanentError(f"knowledge base {kb_id} does not exist (removed while the task ran?)")
+        changes: dict[str, Any] = {}
+        if not kb.embedding_model and not kb.embedding_dim:
+            changes.update(embedding_model=model, embedding_dim=dim)
+        elif kb.embedding_dim != dim or (kb.embedding_model and kb.embedding_model != model):
+            raise PermanentError(
+                f"knowledge base {kb.name!r} holds vectors of {kb.embedding_model or 'another model'} "
+                f"(dimension {kb.embedding_dim}); this executor embeds with {model} (dimension {dim}). "
+                "Use the knowledge base's model (INGEST_EMBEDDING_MODEL) or ingest into a new knowledge base"
+            )
+        if note and note not in (kb.note or ""):
+            changes["note"] = f"{kb.note}\n{note}".strip() if kb.note else note
+        if changes:
+            changes["update_time"] = now_ms()
+            KnowledgeBase.update(**changes).where(KnowledgeBase.id == kb_id).execute()

