@@ -1,7 +1,8 @@
 """Document parsers: bytes of a known format → text sections, each with its page.
 
 :func:`parse_document` is pure (bytes in, sections out) and chooses the parser by the
-document's type (its extension), then checks the content: a ``.pdf`` without the ``%PDF``
+document's type (its extension; an unknown one is read as plain text when the content is
+UTF-8 text), then checks the content: a ``.pdf`` without the ``%PDF``
 marker, a ``.docx`` that is not a zip, text that is not UTF-8, JSON that does not parse, … each
 raise :class:`~ingest.errors.BadDocument` saying what was wrong.
 
@@ -105,9 +106,15 @@ def parse_document(
         parser: Parser = getattr(importlib.import_module(module_name), attr)
     elif kind in DOC_TYPES:
         parser = PARSERS[DOC_TYPES[kind]]
-    else:
-        known = ", ".join(t for t in supported_types() if t)
-        raise BadDocument(f"unsupported document type {kind!r} (supported: {known})")
+    else:  # an unknown extension ("GPL-3", "notes.v2"): plain text if the content is text
+        try:
+            decode_text(data)
+        except BadDocument:
+            known = ", ".join(t for t in supported_types() if t)
+            raise BadDocument(
+                f"unsupported document type {kind!r} and not UTF-8 text (supported: {known})"
+            ) from None
+        parser = PARSERS["text"]
     if kind == "tsv":
         return _parse_csv(data, from_page, to_page, delimiter="\t")
     sections = parser(data, from_page, to_page)

@@ -30,6 +30,12 @@ def test_a_file_without_extension_reads_as_text():
     assert texts(parse_document(b"GNU GENERAL PUBLIC LICENSE", "")) == ["GNU GENERAL PUBLIC LICENSE"]
 
 
+def test_an_unknown_extension_with_text_content_reads_as_text():
+    assert texts(parse_document(b"GNU LESSER GENERAL PUBLIC LICENSE\n", "1")) == [
+        "GNU LESSER GENERAL PUBLIC LICENSE"
+    ]
+
+
 def test_markdown_keeps_headings_and_link_text_drops_comments_and_front_matter():
     data = b"---\ntitle: x\n---\n# Bees\n\nSee [the hive](http://x/hive) <!-- hidden -->now.\n"
     assert texts(parse_document(data, "md")) == ["# Bees", "See the hive now."]
@@ -123,7 +129,7 @@ def test_formats_without_pages_belong_to_the_task_holding_page_zero():
         (b"\xff\xfe\x00", "txt", "not valid UTF-16"),
         (b'a,b\n"unterminated\n', "csv", "unreadable CSV"),
         (os.urandom(512), "html", "HTML is not valid UTF-8"),
-        (b"whatever", "exe", "unsupported document type 'exe'"),
+        (b"MZ\x90\x00\x03\x00\xff", "exe", "unsupported document type 'exe' and not UTF-8 text"),
     ],
 )
 def test_content_that_is_not_its_format_is_a_bad_document_saying_why(data, doc_type, reason):
