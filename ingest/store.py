@@ -9,10 +9,13 @@ call it through ``trio.to_thread.run_sync`` under the ``db_limiter``.
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import peewee
 import xxhash
 
 from db.database import is_mysql, lock_for_update, unit
@@ -21,6 +24,8 @@ from db.models import KnowledgeBase, now_ms
 from ingest.chunking import Chunk
 from ingest.errors import PermanentError
 
+DEADLOCK_TRIES = 4  # the whole upsert is idempotent: try again at once rather than fail the task
+_DEADLOCK_CODES = (1213, 1205)  # deadlock, lock wait timeout
 MAX_ROWS_PER_STATEMENT = 500
 MAX_BYTES_PER_STATEMENT = 4 << 20  # well under MySQL's 16 MiB max_allowed_packet
 _UPDATED_COLUMNS = (
@@ -72,17 +77,38 @@ def store_chunks(
         }
         for i, chunk in enumerate(chunks)
     ]
+    for attempt in range(1, DEADLOCK_TRIES + 1):
+        try:
+            _upsert(task_id, rows)
+            break
+        except peewee.OperationalError as exc:
+            if attempt == DEADLOCK_TRIES or not exc.args or exc.args[0] not in _DEADLOCK_CODES:
+                raise
+            time.sleep(random.uniform(0.02, 0.1) * attempt)
+    return [row["id"] for row in rows]
+
+
+def _upsert(task_id: str, rows: list[dict[str, Any]]) -> None:
+    """One transaction. Stale positions are found by a plain (non-locking) read and deleted by
+    primary key: a range DELETE on ``task_id`` would take gap locks that deadlock with other
+    tasks inserting their chunks next to it in that index."""
+    preserve = [ChunkRow._meta.fields[c] for c in _UPDATED_COLUMNS]
     with unit():
-        ChunkRow.delete().where((ChunkRow.task_id == task_id) & (ChunkRow.position >= len(rows))).execute()
+        stale = [
+            cid
+            for (cid,) in ChunkRow.select(ChunkRow.id)
+            .where((ChunkRow.task_id == task_id) & (ChunkRow.position >= len(rows)))
+            .tuples()
+        ]
+        if stale:
+            ChunkRow.delete().where(ChunkRow.id.in_(stale)).execute()
         for batch in _batches(rows):
             query = ChunkRow.insert_many(batch)
-            preserve = [ChunkRow._meta.fields[c] for c in _UPDATED_COLUMNS]
             if is_mysql():
                 query = query.on_conflict(preserve=preserve)
             else:
                 query = query.on_conflict(conflict_target=[ChunkRow.id], preserve=preserve)
             query.execute()
-    return [row["id"] for row in rows]
 
 
 def _batches(rows: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:

@@ -3,6 +3,8 @@ stale chunk, and a knowledge base keeps the one model it was embedded with."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -105,3 +107,28 @@ def test_a_note_is_added_once(any_db):
 def test_a_missing_knowledge_base_is_a_permanent_error(any_db):
     with pytest.raises(PermanentError, match="does not exist"):
         record_embedding_model("nope", "m", 8)
+
+
+def test_tasks_storing_at_the_same_time_do_not_deadlock(settings, monkeypatch):
+    """Each store once, no retry: a range DELETE's gap locks made concurrent inserts deadlock."""
+    import ingest.store
+
+    init_database(settings.db_url)
+    monkeypatch.setattr(ingest.store, "DEADLOCK_TRIES", 1)
+    errors: list[BaseException] = []
+
+    def store(n: int) -> None:
+        try:
+            for t in range(4):
+                write(f"task-{n}-{t}", 120)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=store, args=(n,)) for n in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    with unit():
+        assert ChunkRow.select().count() == 12 * 4 * 120
