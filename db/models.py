@@ -1,4 +1,4 @@
-"""peewee models: knowledge bases, documents (and their bytes), tasks and chunks.
+"""peewee models: knowledge bases, documents (and their bytes), tasks, chunks, dataflows, memories.
 
 Times are integer milliseconds since the epoch (``now_ms``), as RAGFlow keeps them.
 Task states and who writes them are in ``../shared/LIFECYCLE.md``.
@@ -138,6 +138,7 @@ class Task(BaseModel):
     digest = peewee.CharField(max_length=32, default="")
     chunk_ids = LongTextField(default="")  # space-separated
     payload = JSONField(null=True)  # the type's own context (memory / dataflow), re-sent on publish
+    result = JSONField(null=True)  # what the handler returned beyond chunks (a debug run's outputs)
     begin_at = peewee.BigIntegerField(null=True)
     process_duration = peewee.FloatField(default=0.0)
     create_time = peewee.BigIntegerField(default=now_ms)
@@ -165,6 +166,40 @@ class Chunk(BaseModel):
         table_name = "chunk"
 
 
+class Dataflow(BaseModel):
+    """A named pipeline: a DSL document (a graph of components, ``ingest.dataflow.dsl``)."""
+
+    id = peewee.CharField(max_length=32, primary_key=True)  # from tenant + name + DSL
+    tenant_id = peewee.CharField(max_length=64, default="default")
+    name = peewee.CharField(max_length=128)
+    dsl = JSONField()
+    create_time = peewee.BigIntegerField(default=now_ms)
+    update_time = peewee.BigIntegerField(default=now_ms)
+
+    class Meta:
+        table_name = "dataflow"
+        indexes = ((("tenant_id", "name"), True),)
+
+
+class MemoryMessage(BaseModel):
+    """One conversation message of a memory, with its embedding (``ingest.memory``)."""
+
+    id = peewee.CharField(max_length=32, primary_key=True)  # from memory id + source id
+    memory_id = peewee.CharField(max_length=64)
+    source_id = peewee.CharField(max_length=128)
+    role = peewee.CharField(max_length=16)
+    content = LongTextField()
+    position = peewee.BigIntegerField(default=0)  # order in the conversation
+    vector = LongBlobField(null=True)  # float32, normalised
+    task_id = peewee.CharField(max_length=32, default="")
+    create_time = peewee.BigIntegerField(default=now_ms)
+    update_time = peewee.BigIntegerField(default=now_ms)
+
+    class Meta:
+        table_name = "memory_message"
+        indexes = ((("memory_id", "position"), False),)
+
+
 class SchemaVersion(BaseModel):
     id = peewee.IntegerField(primary_key=True)
     version = peewee.IntegerField()
@@ -173,4 +208,13 @@ class SchemaVersion(BaseModel):
         table_name = "schema_version"
 
 
-ALL_MODELS: list[type[BaseModel]] = [KnowledgeBase, Document, DocumentBlob, Task, Chunk, SchemaVersion]
+ALL_MODELS: list[type[BaseModel]] = [
+    KnowledgeBase,
+    Document,
+    DocumentBlob,
+    Task,
+    Chunk,
+    Dataflow,
+    MemoryMessage,
+    SchemaVersion,
+]
