@@ -18,7 +18,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 import peewee
 from playhouse.pool import PooledMySQLDatabase, PooledSqliteDatabase
-from pymysql.constants import CLIENT
+from pymysql.constants import CLIENT, SERVER_STATUS
 
 database = peewee.DatabaseProxy()
 _init_lock = threading.Lock()
@@ -79,6 +79,22 @@ def _mysql_kwargs(url: DbUrl) -> dict[str, Any]:
     }
 
 
+class _MySQLPool(PooledMySQLDatabase):
+    """The pool, minus a ROLLBACK round trip each time a connection goes back: pymysql keeps the
+    server's status flags, so roll back only where a transaction was really left open."""
+
+    def _can_reuse(self, conn: Any) -> bool:
+        status = getattr(conn, "server_status", None)
+        if status is None:
+            return bool(super()._can_reuse(conn))
+        if status & SERVER_STATUS.SERVER_STATUS_IN_TRANS:
+            try:
+                conn.rollback()
+            except Exception:
+                return False
+        return True
+
+
 def make_database(url: str, *, max_connections: int = 32) -> peewee.Database:
     parsed = DbUrl.parse(url)
     if parsed.kind == "sqlite":
@@ -93,7 +109,7 @@ def make_database(url: str, *, max_connections: int = 32) -> peewee.Database:
             pragmas={"journal_mode": "wal", "busy_timeout": 30000, "synchronous": "normal"},
             check_same_thread=False,
         )
-    return PooledMySQLDatabase(
+    return _MySQLPool(
         parsed.name,
         max_connections=max_connections,
         stale_timeout=300,
