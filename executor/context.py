@@ -10,7 +10,7 @@ import redis
 import trio
 
 from db.config import Settings
-from db.database import unit
+from db.database import connection, unit
 from db.keys import Keys
 from db.streams import Entry
 
@@ -40,6 +40,16 @@ class Limiters:
 
         def work() -> T:
             with unit():
+                return fn(*args)
+
+        return await trio.to_thread.run_sync(work, limiter=self.db_limiter)
+
+    async def db_connection(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)`` in a thread on one pooled connection, statements autocommitting;
+        for a unit whose only write is one statement (``fn`` opens ``atomic()`` where it needs)."""
+
+        def work() -> T:
+            with connection():
                 return fn(*args)
 
         return await trio.to_thread.run_sync(work, limiter=self.db_limiter)
