@@ -1,0 +1,72 @@
+"""Cancel watcher: stops a running task whose cancel key is set or whose row has moved on."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import trio
+
+from db.database import RETRYABLE_DB_ERRORS
+from db.keys import Keys
+from db.models import Task
+from db.streams import RETRYABLE_REDIS_ERRORS
+from executor.book import STOP_CANCELLED, Book
+from executor.context import Limiters
+from executor.progress import stop_reason_for
+
+log = logging.getLogger("executor.cancel")
+
+POLL_S = 0.5  # a cancel key is seen within this (the contract promises a stop within 2 s)
+ROW_CHECK_S = 2.0  # how often the rows of running tasks are checked
+
+
+def read_rows(ids: list[str]) -> dict[str, tuple[str, int]]:
+    """Status and attempt of each task row; inside ``unit()``."""
+    query = Task.select(Task.id, Task.status, Task.attempt).where(Task.id.in_(ids)).tuples()
+    return {r[0]: (r[1], r[2]) for r in query}
+
+
+class CancelWatcher:
+    """One MGET of the running tasks' cancel keys per poll; a row check every few seconds."""
+
+    def __init__(self, book: Book, limiters: Limiters, client: object, keys: Keys) -> None:
+        self.book = book
+        self.limiters = limiters
+        self.client = client
+        self.keys = keys
+        self._last_row_check = 0.0
+
+    async def run(self) -> None:
+        while True:
+            await trio.sleep(POLL_S)
+            if not self.book.running:
+                continue
+            await self.check_keys()
+            if time.monotonic() - self._last_row_check >= ROW_CHECK_S:
+                self._last_row_check = time.monotonic()
+                await self.check_rows()
+
+    async def check_keys(self) -> None:
+        ids = self.book.running_ids()
+        names = [self.keys.cancel(t) for t in ids]
+        try:
+            values = await self.limiters.redis(self.client.mget, names)  # type: ignore[attr-defined]
+        except RETRYABLE_REDIS_ERRORS:
+            return  # the read loop reports outages
+        for tid, value in zip(ids, values, strict=True):
+            if value is not None:
+                self.book.stop(tid, STOP_CANCELLED)
+
+    async def check_rows(self) -> None:
+        attempts = {tid: run.claimed.attempt for tid, run in self.book.running.items()}
+        if not attempts:
+            return
+        try:
+            rows = await self.limiters.db(read_rows, list(attempts))
+        except RETRYABLE_DB_ERRORS:
+            return
+        for tid, attempt in attempts.items():
+            row = rows.get(tid)
+            if row != ("running", attempt):
+                self.book.stop(tid, stop_reason_for(row, attempt), attempt)

@@ -1,0 +1,323 @@
+"""Validate a read batch against the task rows in one query, and claim the tasks it may run."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from db.database import database
+from db.keys import PRIORITIES
+from db.models import (
+    DEAD,
+    HELD,
+    QUEUED,
+    RUNNING,
+    TERMINAL_STATES,
+    BaseModel,
+    Document,
+    JSONField,
+    KnowledgeBase,
+    Task,
+    now_ms,
+)
+from db.streams import AckItem, Entry
+from executor import sql
+from executor.book import Claimed
+from executor.progress import append_line
+from ingest.documents import lock_documents, recompute_documents
+from ingest.errors import BadMessage
+
+MAX_MESSAGE_BYTES = 1 << 20  # a message larger than this is junk; its dead letter keeps the head
+MAX_ID_CHARS = 64
+DEFAULT_TASK_TYPE = "parse"
+
+_JSON_FIELDS = {
+    model: [f.name for f in model._meta.sorted_fields if isinstance(f, JSONField)]
+    for model in (Task, Document, KnowledgeBase)
+}
+
+
+def _object(alias: str, model: type[BaseModel]) -> str:
+    """One row as a JSON object: one column instead of one per field (the driver's cost)."""
+    pairs = ", ".join(f"'{f.name}', {alias}.{f.column_name}" for f in model._meta.sorted_fields)
+    return f"JSON_OBJECT({pairs})"
+
+
+_SELECT_ROWS = (
+    f"SELECT {_object('t', Task)},"
+    f" CASE WHEN d.id IS NULL THEN NULL ELSE {_object('d', Document)} END,"
+    f" CASE WHEN k.id IS NULL THEN NULL ELSE {_object('k', KnowledgeBase)} END"
+    f" FROM {Task._meta.table_name} t"
+    f" LEFT JOIN {Document._meta.table_name} d ON d.id = t.doc_id"
+    f" LEFT JOIN {KnowledgeBase._meta.table_name} k"
+    " ON k.id = CASE WHEN t.kb_id <> '' THEN t.kb_id ELSE d.kb_id END"
+    " WHERE t.id IN ({})"
+)
+
+
+def _decode(text: str | None, model: type[BaseModel]) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    row: dict[str, Any] = orjson.loads(text)
+    for name in _JSON_FIELDS[model]:
+        value = row.get(name)
+        row[name] = orjson.loads(value) if isinstance(value, str) and value else None
+    return row
+
+
+@dataclass
+class Note:
+    """Something the trio side should log once (the claim itself runs in a thread)."""
+
+    level: str  # "info" | "warning"
+    text: str
+    extra: dict[str, Any]
+
+
+@dataclass
+class ClaimPlan:
+    """The verdict on one read batch."""
+
+    claimed: list[Claimed] = field(default_factory=list)
+    acks: list[AckItem] = field(default_factory=list)  # plain acks and dead letters
+    notes: list[Note] = field(default_factory=list)
+
+    def ack(self, entry: Entry, task_id: str, why: str, extra: dict[str, Any]) -> None:
+        self.acks.append(AckItem(entry.stream, entry.entry_id, task_id))
+        self.notes.append(Note("info", f"dropped: {why}", {"task_id": task_id, **extra}))
+
+    def dead(self, entry: Entry, task_id: str, reason: str, deliveries: int = 0) -> None:
+        raw = entry.raw or ""
+        if len(raw) > MAX_MESSAGE_BYTES:
+            raw = raw[:MAX_MESSAGE_BYTES]
+        item = AckItem(entry.stream, entry.entry_id, task_id, reason, raw, deliveries or entry.deliveries)
+        self.acks.append(item)
+        self.notes.append(
+            Note("warning", f"dead letter: {reason}", {"task_id": task_id, "entry": entry.entry_id})
+        )
+
+
+@dataclass(frozen=True)
+class ClaimRules:
+    """What the claim needs to know about this executor."""
+
+    consumer: str
+    task_types: Collection[str]
+    max_deliveries: int
+    running_ids: Collection[str]  # tasks this process is running now
+    live_owners: Callable[[list[str]], set[str]]  # consumers among these whose heartbeat lives
+
+
+def parse_message(raw: str | None) -> dict[str, Any]:
+    """The message as a dict, or :class:`BadMessage` saying why it is not one of the contract."""
+    if raw is None:
+        raise BadMessage("no message field")
+    if len(raw) > MAX_MESSAGE_BYTES:
+        raise BadMessage(f"message too large ({len(raw)} bytes, at most {MAX_MESSAGE_BYTES})")
+    try:
+        msg = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadMessage(f"not JSON: {exc}") from None
+    if not isinstance(msg, dict):
+        raise BadMessage(f"not a JSON object but {type(msg).__name__}")
+    if "id" not in msg:
+        raise BadMessage("no id")
+    tid = msg["id"]
+    if not isinstance(tid, str) or not tid or len(tid) > MAX_ID_CHARS:
+        raise BadMessage(f"id must be a string of 1 to {MAX_ID_CHARS} characters")
+    task_type = msg.get("task_type")
+    if task_type is not None and (not isinstance(task_type, str) or not task_type):
+        raise BadMessage("task_type must be a non-empty string")
+    if "priority" in msg:
+        prio = msg["priority"]
+        if isinstance(prio, bool) or not isinstance(prio, int) or prio not in PRIORITIES:
+            raise BadMessage(f"priority must be one of {sorted(PRIORITIES)}, not {prio!r}")
+    doc_id = msg.get("doc_id")
+    if doc_id is not None and not isinstance(doc_id, str):
+        raise BadMessage("doc_id must be a string")
+    return msg
+
+
+def fetch_rows(
+    ids: Sequence[str],
+) -> dict[str, tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any] | None]]:
+    """Task rows with their document and knowledge base, in one query."""
+    if not ids:
+        return {}
+    out = {}
+    for t, d, k in sql.execute(_SELECT_ROWS.format(sql.marks(len(ids))), ids).fetchall():
+        task = _decode(t, Task)
+        assert task is not None
+        out[task["id"]] = (task, _decode(d, Document), _decode(k, KnowledgeBase))
+    return out
+
+
+def validate_and_claim(entries: Sequence[Entry], rules: ClaimRules) -> ClaimPlan:
+    """Decide every entry of a batch on one connection (``connection()``): one SELECT validates,
+    one UPDATE claims (atomic by itself; its fence makes it safe against any change since the
+    SELECT); the rare rows made ``dead`` are written in a transaction of their own."""
+    plan = ClaimPlan()
+    good: list[tuple[Entry, dict[str, Any]]] = []
+    for entry in entries:
+        try:
+            good.append((entry, parse_message(entry.raw)))
+        except BadMessage as exc:
+            plan.dead(entry, _loose_id(entry.raw), str(exc))
+    rows = fetch_rows(sorted({m["id"] for _, m in good}))
+    live = _live_owners(good, rows, rules)
+    seen: set[str] = set()
+    to_claim: list[tuple[Entry, dict[str, Any], str]] = []
+    to_bury: list[tuple[Entry, dict[str, Any], str]] = []
+    for entry, msg in good:
+        tid = msg["id"]
+        verdict = _judge(entry, msg, rows.get(tid), rules, live, seen)
+        seen.add(tid)
+        kind, text = verdict
+        extra = {"doc_id": msg.get("doc_id") or "", "entry": entry.entry_id}
+        if kind == "ack":
+            plan.ack(entry, tid, text, extra)
+        elif kind == "bad":
+            plan.dead(entry, tid, text)
+        elif kind == "bury":
+            to_bury.append((entry, msg, text))
+        else:
+            to_claim.append((entry, msg, text))
+    _bury(to_bury, rows, plan)
+    _claim(to_claim, rows, rules.consumer, plan)
+    return plan
+
+
+def _judge(
+    entry: Entry,
+    msg: dict[str, Any],
+    found: tuple[dict[str, Any], Any, Any] | None,
+    rules: ClaimRules,
+    live: set[str],
+    seen: set[str],
+) -> tuple[str, str]:
+    """("ack"|"bad"|"bury"|"claim", reason or task type) for one well-formed message."""
+    tid = msg["id"]
+    if tid in seen or tid in rules.running_ids:
+        return "ack", "duplicate of a task this executor is running"
+    if found is None:
+        return "ack", "no task row with this id"
+    row = found[0]
+    status = row["status"]
+    if status in TERMINAL_STATES:
+        return "ack", f"task already {status}"
+    if status == HELD:
+        return "ack", "task is held by a strike"
+    if status == RUNNING and row["owner"] in live and not entry.reclaimed:
+        return "ack", f"duplicate: running under live executor {row['owner']}"
+    deliveries = max(entry.deliveries, int(row.get("handback_count") or 0))
+    if deliveries > rules.max_deliveries:
+        last = _last_line(row.get("progress_msg") or "")
+        return "bury", f"gave up after {deliveries} deliveries" + (f": {last}" if last else "")
+    task_type = msg.get("task_type") or DEFAULT_TASK_TYPE
+    if task_type not in rules.task_types:
+        return "bury", f"unknown task_type {task_type!r}"
+    # Strike rules (held tasks) plug in here: UPDATE … SET status='held' … and ack.
+    return "claim", task_type
+
+
+def _live_owners(
+    good: list[tuple[Entry, dict[str, Any]]], rows: dict[str, Any], rules: ClaimRules
+) -> set[str]:
+    owners = set()
+    for entry, msg in good:
+        found = rows.get(msg["id"])
+        if found and not entry.reclaimed:
+            row = found[0]
+            if row["status"] == RUNNING and row["owner"] and row["owner"] != rules.consumer:
+                owners.add(row["owner"])
+    return rules.live_owners(sorted(owners)) if owners else set()
+
+
+def _bury(items: list[tuple[Entry, dict[str, Any], str]], rows: dict[str, Any], plan: ClaimPlan) -> None:
+    """Row ``dead`` (only from queued or running, fenced by the attempt seen) and a dead letter."""
+    if not items:
+        return
+    with database.obj.atomic():
+        _bury_rows(items, rows, plan)
+
+
+def _bury_rows(items: list[tuple[Entry, dict[str, Any], str]], rows: dict[str, Any], plan: ClaimPlan) -> None:
+    doc_ids = [rows[m["id"]][0]["doc_id"] for _, m, _ in items if rows[m["id"]][0]["doc_id"]]
+    lock_documents(doc_ids)
+    now = now_ms()
+    for entry, msg, reason in items:
+        row = rows[msg["id"]][0]
+        Task.update(
+            status=DEAD,
+            progress=-1.0,
+            owner="",
+            progress_msg=append_line(row.get("progress_msg") or "", f"dead letter: {reason}"),
+            update_time=now,
+        ).where(
+            (Task.id == row["id"]) & (Task.status.in_([QUEUED, RUNNING])) & (Task.attempt == row["attempt"])
+        ).execute()
+        plan.dead(entry, row["id"], reason, max(entry.deliveries, int(row.get("handback_count") or 0)))
+    recompute_documents(doc_ids)
+
+
+def _claim(
+    items: list[tuple[Entry, dict[str, Any], str]], rows: dict[str, Any], consumer: str, plan: ClaimPlan
+) -> None:
+    """One UPDATE claims the batch under a token; one SELECT tells which rows it won."""
+    if not items:
+        return
+    token = uuid.uuid4().hex
+    seen = {m["id"]: rows[m["id"]][0]["attempt"] for _, m, _ in items}
+    now = now_ms()
+    ids = sorted(seen)
+    matched = sql.execute(
+        _CLAIM.format(p=sql.param(), marks=sql.marks(len(ids)), case=sql.case_by_id(len(ids))),
+        [RUNNING, consumer, token, now, now, *ids, QUEUED, RUNNING, *sql.pairs(ids, [seen[i] for i in ids])],
+    ).rowcount
+    if matched == len(ids):  # every row won (FOUND_ROWS): the attempts are the ones seen plus one
+        won = {i: int(seen[i]) + 1 for i in ids}
+    else:
+        won = dict(sql.execute(_WON.format(p=sql.param()), [token]).fetchall())
+    for entry, msg, task_type in items:
+        tid = msg["id"]
+        if tid not in won:
+            plan.ack(entry, tid, "claim lost: the row changed meanwhile", {"entry": entry.entry_id})
+            continue
+        row, doc, kb = rows[tid]
+        row = {
+            **row,
+            "status": RUNNING,
+            "owner": consumer,
+            "attempt": won[tid],
+            "claim_token": token,
+            "begin_at": now,
+        }
+        plan.claimed.append(Claimed(entry, msg, task_type, row, doc, kb, won[tid]))
+
+
+_CLAIM = (
+    f"UPDATE {Task._meta.table_name} SET status = {{p}}, owner = {{p}}, attempt = attempt + 1, claim_token = {{p}},"
+    " begin_at = {p}, update_time = {p} WHERE id IN ({marks}) AND status IN ({p}, {p}) AND attempt = {case}"
+)
+_WON = f"SELECT id, attempt FROM {Task._meta.table_name} WHERE claim_token = {{p}}"
+
+
+def _last_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+def _loose_id(raw: str | None) -> str:
+    """The id of a malformed message where one can be seen (for the dead letter), else ''."""
+    if not raw or len(raw) > MAX_MESSAGE_BYTES:
+        return ""
+    try:
+        msg = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return ""
+    tid = msg.get("id") if isinstance(msg, dict) else None
+    return tid if isinstance(tid, str) and 0 < len(tid) <= MAX_ID_CHARS else ""

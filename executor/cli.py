@@ -1,0 +1,122 @@
+"""``ingest-executor CONSUMER_NAME``: one executor process; every setting is also a flag."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import random
+import re
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import trio
+
+from db.config import Settings, parse_duration
+from executor.logs import setup_logging
+
+log = logging.getLogger("executor.cli")
+
+EXIT_OK, EXIT_USAGE, EXIT_NAME_IN_USE = 0, 2, 3
+STAGGER_JITTER_S = 0.5
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
+def _flag_names(name: str) -> list[str]:
+    """``redelivery_timeout_s`` → ``--redelivery-timeout`` and ``--redelivery-timeout-s``."""
+    full = "--" + name.replace("_", "-")
+    return [full[: -len("-s")], full] if name.endswith("_s") else [full]
+
+
+def duration(text: str) -> float:
+    """A flag's duration: ``100ms``, ``5s``, ``10m``, ``3h`` or plain seconds."""
+    return parse_duration(text)
+
+
+def _flag_type(f: dataclasses.Field[Any]) -> Any:
+    kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    if kind == "int":
+        return int
+    if kind == "float":
+        return duration if f.name.endswith("_s") else float
+    return str
+
+
+def _metavar(f: dataclasses.Field[Any]) -> str:
+    kind = _flag_type(f)
+    return "DURATION" if kind is duration else "N" if kind is int else "VALUE"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ingest-executor",
+        description="Run one executor: read the task streams, validate, claim, run and finish tasks. "
+        "Each flag overrides its environment variable; durations take 100ms, 5s, 10m, 3h.",
+    )
+    parser.add_argument("consumer", metavar="CONSUMER_NAME", help="{host_id}_{n}; n staggers the start")
+    for f in dataclasses.fields(Settings):
+        text = f"{f.metadata.get('help', '')} [env {Settings.env_name(f.name)}, default {_default(f)!s}]"
+        parser.add_argument(
+            *_flag_names(f.name),
+            dest=f.name,
+            type=_flag_type(f),
+            default=None,
+            metavar=_metavar(f),
+            help=text.replace("%", "%%"),
+        )
+    return parser
+
+
+def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[str, Settings]:
+    """The consumer name and the settings: flags win over ``environ``, which wins over defaults."""
+    args = vars(build_parser().parse_args(list(argv)))
+    consumer = args.pop("consumer")
+    return consumer, Settings.from_env(environ, **args)
+
+
+def consumer_number(consumer: str) -> int:
+    match = re.search(r"_(\d+)$", consumer)
+    return int(match.group(1)) if match else 0
+
+
+def stagger_delay_s(consumer: str, stagger_s: float, rng: random.Random | None = None) -> float:
+    """``n × stagger_s`` plus up to 0.5 s of jitter for consumer ``{host}_{n}``; 0 when off."""
+    if stagger_s <= 0:
+        return 0.0
+    return consumer_number(consumer) * stagger_s + (rng or random).uniform(0, STAGGER_JITTER_S)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        consumer, settings = parse_args(sys.argv[1:] if argv is None else argv, os.environ)
+    except ValueError as exc:
+        print(f"ingest-executor: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    setup_logging(settings, consumer)
+    delay = stagger_delay_s(consumer, settings.stagger_s)
+    if delay:
+        log.info("staggered start: waiting %.2f s", delay)
+        time.sleep(delay)
+    from executor.daemon import Daemon
+    from executor.heartbeat import NameInUse
+
+    try:
+        trio.run(Daemon(settings, consumer, handle_signals=True).run)
+    except NameInUse as exc:
+        log.error("refusing to start: %s", exc)
+        return EXIT_NAME_IN_USE
+    return EXIT_OK
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

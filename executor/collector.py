@@ -1,0 +1,277 @@
+"""Reads the task streams: own pending entries once at start, then new ones, high priority first."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from db.config import Settings
+from db.database import RETRYABLE_DB_ERRORS
+from db.keys import Keys
+from db.streams import BLOCK_MS_MAX, RETRYABLE_REDIS_ERRORS, Entry, Streams, decode_entry
+from executor.book import Book, Claimed
+from executor.claim import ClaimPlan, ClaimRules, validate_and_claim
+from executor.context import Limiters
+from executor.finisher import Finisher
+from executor.outage import Outage
+
+log = logging.getLogger("executor.collector")
+
+ORPHAN_CHECK_S = 30.0  # also after every Redis outage: entries pending under us that we do not know
+ORPHAN_SCAN_MAX = 1000
+
+# New entries from the priority streams in order (KEYS high first), never more than ARGV[3].
+_READ_NEW = """
+local out = {}
+local free = tonumber(ARGV[3])
+for i = 1, #KEYS do
+  if free <= 0 then break end
+  local res = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', free, 'STREAMS', KEYS[i], '>')
+  if res then
+    out[#out + 1] = {KEYS[i], res[1][2]}
+    free = free - #res[1][2]
+  end
+end
+return out
+"""
+
+# For entries pending under this consumer: their fields, only while still pending and ours.
+_OWN_ENTRIES = """
+local out = {}
+for i = 1, #ARGV - 2 do
+  local id = ARGV[i + 2]
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1)
+  if p[1] and p[1][2] == ARGV[2] then
+    local e = redis.call('XRANGE', KEYS[1], id, id)
+    if e[1] then out[i] = {id, p[1][4], e[1][2]} else out[i] = {id, p[1][4], false} end
+  else
+    out[i] = false
+  end
+end
+return out
+"""
+
+
+def read_client(url: str) -> redis.Redis:
+    """One connection of its own for the blocking reads, without hidden retries (a retried read
+    could take entries whose first reply was lost; the orphan check finds those instead)."""
+    return redis.Redis.from_url(
+        url,
+        decode_responses=True,
+        socket_timeout=BLOCK_MS_MAX / 1000 + 8,
+        socket_connect_timeout=5,
+        socket_keepalive=True,
+        single_connection_client=True,
+        retry=Retry(NoBackoff(), 0),
+    )
+
+
+def _pairs(flat: list[str] | None) -> dict[str, str] | None:
+    return dict(zip(flat[::2], flat[1::2], strict=True)) if flat else None
+
+
+def _entries(resp: Any, **kw: Any) -> list[Entry]:
+    return [decode_entry(stream, eid, fields, **kw) for stream, items in resp or [] for eid, fields in items]
+
+
+class Collector:
+    """The read loop; every batch it reads is validated, claimed and handed to runners."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        consumer: str,
+        streams: Streams,
+        limiters: Limiters,
+        book: Book,
+        finisher: Finisher,
+        rules: Callable[[], ClaimRules],
+        spawn: Callable[[Claimed], None],
+        outages: tuple[Outage, Outage],
+    ) -> None:
+        self.settings = settings
+        self.consumer = consumer
+        self.streams = streams
+        self.keys: Keys = streams.keys
+        self.limiters = limiters
+        self.book = book
+        self.finisher = finisher
+        self.rules = rules
+        self.spawn = spawn
+        self.redis_outage, self.db_outage = outages
+        self.reader = read_client(settings.redis_url)
+        self._own = streams.client.register_script(_OWN_ENTRIES)
+        self._read_new = self.reader.register_script(_READ_NEW)
+        self._reader_id: int | None = None
+        self.stopping = False
+        self.reads = 0
+        self._last_orphan_check = time.monotonic()
+
+    # -- the loop ------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Take over own pending entries, then read new ones until asked to stop."""
+        await self._redis(self.ensure_group)
+        await self.take_over()
+        while not self.stopping:
+            free = await self.book.wait_free()
+            if not free:
+                break
+            if self._orphan_check_due():
+                await self.recover_orphans()
+                continue
+            entries = await self._redis(self.read_new, free)
+            if entries:
+                await self.dispatch(entries)
+
+    def stop(self) -> None:
+        """Stop reading; a blocked read is woken at once (CLIENT UNBLOCK)."""
+        self.stopping = True
+        self.book.stop_reading()
+        if self._reader_id is not None:
+            with contextlib.suppress(redis.RedisError):
+                self.streams.client.client_unblock(self._reader_id)
+
+    def close(self) -> None:
+        self.reader.close()
+
+    async def _redis(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """A Redis call in a thread, through outages: back off, reconnect, and report once."""
+        while True:
+            try:
+                result = await self.limiters.redis(fn, *args)
+            except RETRYABLE_REDIS_ERRORS as exc:
+                self._reader_id = None
+                self._last_orphan_check = 0.0  # after an outage: compare XPENDING with what we hold
+                await self.redis_outage.backoff(exc)
+                if self.stopping:
+                    return []
+                continue
+            except redis.ResponseError as exc:
+                if "NOGROUP" not in str(exc):
+                    raise
+                log.warning("consumer group missing; creating it again")
+                await self.limiters.redis(self.ensure_group)
+                continue
+            self.redis_outage.ok()
+            return result
+
+    def ensure_group(self) -> None:
+        self.streams.ensure_group()
+
+    # -- reads (blocking; in a thread) ----------------------------------------------------
+    def read_new(self, free: int) -> list[Entry]:
+        """New entries, high priority first, never more than ``free``; block ≤ 2 s when all are empty."""
+        if self._reader_id is None:
+            self._reader_id = int(self.reader.client_id())
+        group = self.keys.group
+        resp = self._read_new(keys=self.keys.queues, args=[group, self.consumer, free])
+        out = [
+            decode_entry(stream, eid, _pairs(fields)) for stream, items in resp or [] for eid, fields in items
+        ]
+        if not out and not self.stopping:
+            streams = {s: ">" for s in self.keys.queues}
+            resp = self.reader.xreadgroup(group, self.consumer, streams, count=1, block=BLOCK_MS_MAX)
+            out += _entries(resp)
+        self.reads += 1
+        return out
+
+    def read_own(self, stream: str, after: str, count: int) -> list[Entry]:
+        """Own pending entries after ``after``: delivery counts (XPENDING), then contents (id)."""
+        low = "-" if after == "0" else f"({after}"
+        pend = self.reader.xpending_range(
+            stream, self.keys.group, low, "+", count, consumername=self.consumer
+        )
+        counts = {p["message_id"]: int(p["times_delivered"]) for p in pend}
+        resp = self.reader.xreadgroup(self.keys.group, self.consumer, {stream: after}, count=count)
+        return [
+            decode_entry(s, eid, fields, deliveries=counts.get(eid, 0) + 1, reclaimed=True)
+            for s, items in resp or []
+            for eid, fields in items
+        ]
+
+    def find_orphans(self) -> list[Entry]:
+        """Entries pending under this consumer that this process does not hold."""
+        out: list[Entry] = []
+        for stream in self.keys.queues:
+            pend = self.reader.xpending_range(
+                stream, self.keys.group, "-", "+", ORPHAN_SCAN_MAX, consumername=self.consumer
+            )
+            ids = [p["message_id"] for p in pend if (stream, p["message_id"]) not in self.book.entries]
+            if not ids:
+                continue
+            for found in self._own(keys=[stream], args=[self.keys.group, self.consumer, *ids]):
+                if found:
+                    eid, count, fields = found
+                    out.append(
+                        decode_entry(stream, eid, _pairs(fields), deliveries=int(count), reclaimed=True)
+                    )
+        return out
+
+    # -- take-over, orphans, dispatch --------------------------------------------------------
+    async def take_over(self) -> None:
+        """Once, at start: own pending entries, high priority first, a batch of free slots at a time."""
+        taken = 0
+        for stream in self.keys.queues:
+            after = "0"
+            while not self.stopping:
+                free = await self.book.wait_free()
+                if not free:
+                    break
+                entries = await self._redis(self.read_own, stream, after, free)
+                if not entries:
+                    break
+                after = entries[-1].entry_id
+                taken += len(entries)
+                await self.dispatch(entries)
+        if taken:
+            log.info("took over %d pending entr%s of this consumer", taken, "y" if taken == 1 else "ies")
+
+    def _orphan_check_due(self) -> bool:
+        return time.monotonic() - self._last_orphan_check >= ORPHAN_CHECK_S
+
+    async def recover_orphans(self) -> None:
+        self._last_orphan_check = time.monotonic()
+        entries = await self._redis(self.find_orphans)
+        if entries:
+            log.warning("found %d entries pending under this consumer that it did not hold", len(entries))
+            await self.dispatch(entries)
+
+    async def dispatch(self, entries: list[Entry]) -> None:
+        """Validate and claim a batch (one transaction), then ack the rest and start the runners."""
+        self.book.hold(entries)
+        plan = await self._validate(entries)
+        if plan is None:  # stopping during a database outage: the entries stay pending, ours
+            self.book.release(len(entries))
+            self.book.settle([e.key for e in entries])
+            return
+        self.book.release(len(entries) - len(plan.claimed))
+        for note in plan.notes:
+            getattr(log, note.level)(note.text, extra=note.extra)
+        if plan.acks:
+            self.finisher.submit_acks(plan.acks)
+        for claimed in plan.claimed:
+            self.spawn(claimed)
+
+    async def _validate(self, entries: list[Entry]) -> ClaimPlan | None:
+        while True:
+            try:
+                plan = await self.limiters.db_connection(validate_and_claim, entries, self.rules())
+            except RETRYABLE_DB_ERRORS as exc:
+                await self.db_outage.backoff(exc)
+                if self.stopping:
+                    return None
+                continue
+            except RETRYABLE_REDIS_ERRORS as exc:  # the heartbeat look-up inside the claim
+                await self.redis_outage.backoff(exc)
+                if self.stopping:
+                    return None
+                continue
+            self.db_outage.ok()
+            return plan

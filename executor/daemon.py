@@ -1,0 +1,269 @@
+"""The executor daemon: owns the one nursery (collector, runners, finisher, progress, cancel, heartbeat)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from db.config import Settings
+from db.database import init_database
+from db.keys import Keys
+from db.streams import RETRYABLE_REDIS_ERRORS, Streams, connect
+from executor.book import STOP_HANDBACK, Book, Claimed
+from executor.cancel import CancelWatcher
+from executor.claim import ClaimRules
+from executor.collector import Collector
+from executor.context import ExecutorEnv, Limiters
+from executor.finisher import Finisher
+from executor.heartbeat import Heartbeat
+from executor.outage import Outage
+from executor.progress import ProgressBook, ProgressFlusher
+from executor.router import Router, build_router
+from executor.runner import Counters, RetryPolicy, Runner
+
+log = logging.getLogger("executor.daemon")
+
+HANDBACK_WAIT_S = 10.0  # after the grace period: for cancelled runs to settle
+FINISH_WAIT_S = 10.0  # for the last terminal writes and acks
+
+
+@dataclass(frozen=True)
+class DaemonStatistics:
+    running: int
+    started: int
+    done: int
+    failed: int
+    retried: int
+    timed_out: int
+    cancelled: int
+    handed_back: int
+    lost: int
+    dead_lettered: int
+    reads: int
+    draining: bool
+
+
+class Daemon:
+    """One executor process's work. ``await nursery.start(daemon.run)`` returns once the consumer
+    group exists and the heartbeat is written; ``request_stop()`` drains and returns."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        consumer: str,
+        *,
+        handle_signals: bool = False,
+        retry_policy: RetryPolicy | None = None,
+    ) -> None:
+        self.settings = settings
+        self.consumer = consumer
+        self.keys = Keys(settings.key_prefix)
+        self.handle_signals = handle_signals
+        self.retry_policy = retry_policy or RetryPolicy()
+        self.instance = uuid.uuid4().hex
+        self.book = Book(settings.max_concurrent_tasks)
+        self.progress = ProgressBook()
+        self.counters = Counters()
+        self.redis_outage = Outage("redis")
+        self.db_outage = Outage("database")
+        self.draining = False
+        self._stop = trio.Event()
+        self._grace: trio.CancelScope | None = None
+        self._nursery: trio.Nursery | None = None
+        self._heartbeat_claimed = False
+
+    # -- control -----------------------------------------------------------------------------
+    def request_stop(self, *, hurry: bool = False) -> None:
+        """Stop reading, let running tasks finish within the grace period, hand back the rest.
+        ``hurry`` skips what is left of the grace period."""
+        self._stop.set()
+        if hurry and self._grace is not None:
+            self._grace.cancel()
+
+    def statistics(self) -> DaemonStatistics:
+        c = self.counters
+        return DaemonStatistics(
+            running=len(self.book.running),
+            started=c.started,
+            done=c.done,
+            failed=c.failed,
+            retried=c.retried,
+            timed_out=c.timed_out,
+            cancelled=c.cancelled,
+            handed_back=c.handed_back,
+            lost=c.lost,
+            dead_lettered=self.finisher.dead_lettered if hasattr(self, "finisher") else 0,
+            reads=self.collector.reads if hasattr(self, "collector") else 0,
+            draining=self.draining,
+        )
+
+    def figures(self) -> dict[str, Any]:
+        """This executor's part of the heartbeat."""
+        return {
+            "running": self.book.running_ids(),
+            "done": self.counters.done,
+            "failed": self.counters.failed,
+            "draining": self.draining,
+            "task_types": self.router.task_types if hasattr(self, "router") else [],
+            "max_concurrent_tasks": self.settings.max_concurrent_tasks,
+        }
+
+    # -- run -----------------------------------------------------------------------------------
+    async def run(self, *, task_status: trio.TaskStatus[Daemon] = trio.TASK_STATUS_IGNORED) -> None:
+        with self._signal_receiver() as signals:
+            log.info("executor %s starting", self.consumer)
+            try:
+                await self._setup()
+                async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
+                    self._start_loops(nursery, signals)
+                    collected = trio.Event()
+                    nursery.start_soon(self._collect, collected)
+                    log.info(
+                        "executor %s ready: task types %s", self.consumer, ", ".join(self.router.task_types)
+                    )
+                    task_status.started(self)
+                    await self._stop.wait()
+                    await self._shutdown(collected)
+                    nursery.cancel_scope.cancel()
+            finally:
+                with trio.CancelScope(shield=True), trio.move_on_after(5):
+                    await trio.to_thread.run_sync(self._teardown)
+        log.info("executor %s exiting", self.consumer)
+
+    async def _setup(self) -> None:
+        s = self.settings
+        self.limiters = Limiters.for_settings(s)
+        await trio.to_thread.run_sync(init_database, s.db_url)
+        self.redis = connect(s.redis_url)
+        self.streams = Streams(self.redis, self.keys)
+        self.env = ExecutorEnv(s, self.limiters, self.consumer, self.redis, self.keys)
+        self.router: Router = build_router(self.env, s.extra_handlers)
+        self.heartbeat = Heartbeat(self.redis, self.keys, self.consumer, s, self.instance)
+        await self._until_redis_answers(self.heartbeat.claim_name, self.figures())
+        self._heartbeat_claimed = True
+        await self._until_redis_answers(self.streams.ensure_group)
+        self.finisher = Finisher(
+            self.streams, self.consumer, self.limiters, self.book, self.db_outage, self.redis_outage
+        )
+        self.runner = Runner(
+            self.env, self.router, self.book, self.progress, self.finisher, self.retry_policy, self.counters
+        )
+        self.collector = Collector(
+            s,
+            self.consumer,
+            self.streams,
+            self.limiters,
+            self.book,
+            self.finisher,
+            self._claim_rules,
+            self._spawn,
+            (self.redis_outage, self.db_outage),
+        )
+
+    async def _until_redis_answers(self, fn: Any, *args: Any) -> None:
+        while True:
+            try:
+                await self.limiters.redis(fn, *args)
+            except RETRYABLE_REDIS_ERRORS as exc:
+                await self.redis_outage.backoff(exc)
+                continue
+            self.redis_outage.ok()
+            return
+
+    def _start_loops(self, nursery: trio.Nursery, signals: Any) -> None:
+        flusher = ProgressFlusher(
+            self.progress, self.limiters, self.settings.progress_interval_s, self.db_outage, self._on_lost
+        )
+        self.flusher = flusher
+        nursery.start_soon(self.heartbeat.run, self.limiters, self.redis_outage, self.figures)
+        nursery.start_soon(flusher.run)
+        nursery.start_soon(self.finisher.run)
+        nursery.start_soon(CancelWatcher(self.book, self.limiters, self.redis, self.keys).run)
+        if signals is not None:
+            nursery.start_soon(self._watch_signals, signals)
+
+    async def _collect(self, collected: trio.Event) -> None:
+        try:
+            await self.collector.run()
+        finally:
+            collected.set()
+
+    def _spawn(self, claimed: Claimed) -> None:
+        assert self._nursery is not None
+        self._nursery.start_soon(self.runner.run, self.book.start(claimed))
+
+    def _on_lost(self, task_id: str, reason: str, attempt: int) -> None:
+        self.book.stop(task_id, reason, attempt)
+
+    def _claim_rules(self) -> ClaimRules:
+        return ClaimRules(
+            consumer=self.consumer,
+            task_types=frozenset(self.router.task_types),
+            max_deliveries=self.settings.max_deliveries,
+            running_ids=frozenset(self.book.running),
+            live_owners=self._live_owners,
+        )
+
+    def _live_owners(self, owners: list[str]) -> set[str]:
+        """Consumers among ``owners`` whose heartbeat key exists (blocking; called in the claim)."""
+        values = self.redis.mget([self.keys.executor(o) for o in owners])
+        return {o for o, v in zip(owners, values, strict=True) if v is not None}
+
+    # -- shutdown ----------------------------------------------------------------------------------
+    async def _shutdown(self, collected: trio.Event) -> None:
+        self.draining = True
+        grace = self.settings.shutdown_grace_s
+        log.info("draining: stop reading, %d task(s) running, grace %g s", len(self.book.running), grace)
+        self.collector.stop()
+        await collected.wait()
+        with trio.move_on_after(grace) as self._grace:
+            await self.book.wait_idle()
+        if self.book.running:
+            log.info("grace period over: handing back %d task(s)", len(self.book.running))
+            for task_id in self.book.running_ids():
+                self.book.stop(task_id, STOP_HANDBACK)
+            with trio.move_on_after(HANDBACK_WAIT_S):
+                await self.book.wait_idle()
+        with trio.move_on_after(FINISH_WAIT_S):
+            await self.finisher.drain()
+        log.info(
+            "drained: %d done, %d failed, %d handed back",
+            self.counters.done,
+            self.counters.failed,
+            self.counters.handed_back,
+        )
+
+    @contextlib.contextmanager
+    def _signal_receiver(self) -> Iterator[Any]:
+        if not self.handle_signals:
+            yield None
+            return
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as receiver:
+            yield receiver
+
+    async def _watch_signals(self, receiver: Any) -> None:
+        async for signum in receiver:
+            name = signal.Signals(signum).name
+            if not self._stop.is_set():
+                log.info("%s: draining", name)
+                self.request_stop()
+            else:
+                log.info("%s again: handing back what still runs", name)
+                self.request_stop(hurry=True)
+
+    def _teardown(self) -> None:
+        if self._heartbeat_claimed:
+            with contextlib.suppress(Exception):
+                self.heartbeat.release()
+        if hasattr(self, "collector"):
+            self.collector.close()
+        if hasattr(self, "redis"):
+            self.redis.close()

@@ -1,0 +1,260 @@
+"""Finish tasks in batches: one transaction of fenced terminal writes, then one ack, then events."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import redis
+import trio
+
+from db.database import RETRYABLE_DB_ERRORS
+from db.models import CANCELLED, DONE, FAILED, QUEUED, RUNNING, TERMINAL_STATES, Chunk, now_ms
+from db.streams import RETRYABLE_REDIS_ERRORS, AckItem, Streams
+from executor import sql
+from executor.book import Book, Claimed
+from executor.context import Limiters
+from executor.outage import Outage
+from ingest.documents import lock_documents, recompute_documents
+
+log = logging.getLogger("executor.finisher")
+
+CANCEL, HANDBACK, LOST = "cancel", "handback", "lost"  # outcome kinds besides DONE and FAILED
+MAX_BATCH = 500
+
+
+@dataclass
+class Outcome:
+    """How one run ended, and what its terminal write should say."""
+
+    claimed: Claimed
+    kind: str  # DONE | FAILED | CANCEL | HANDBACK | LOST
+    progress_msg: str
+    duration_s: float
+    chunk_ids: list[str] = field(default_factory=list)
+    retry_count: int = 0
+    error: str = ""
+    result: dict[str, Any] | None = None  # a handler's extra result (Task.result)
+
+    @property
+    def task_id(self) -> str:
+        return self.claimed.task_id
+
+
+def _update_final(outcomes: list[Outcome]) -> int:
+    if not outcomes:
+        return 0
+    ids = [o.task_id for o in outcomes]
+    status = {DONE: DONE, FAILED: FAILED, CANCEL: CANCELLED}
+    return sql.update_tasks(
+        [
+            sql.assign("status", ids, [status[o.kind] for o in outcomes]),
+            sql.assign("progress", ids, [1.0 if o.kind == DONE else -1.0 for o in outcomes]),
+            sql.assign("progress_msg", ids, [o.progress_msg for o in outcomes]),
+            sql.assign("process_duration", ids, [round(o.duration_s, 3) for o in outcomes]),
+            sql.assign("chunk_ids", ids, [" ".join(o.chunk_ids) for o in outcomes]),
+            sql.assign("retry_count", ids, [o.retry_count for o in outcomes]),
+            sql.assign(
+                "result", ids, [orjson.dumps(o.result).decode() if o.result else None for o in outcomes]
+            ),
+            sql.assign("update_time", ids, [now_ms()] * len(ids)),
+        ],
+        _fence(outcomes),
+    )
+
+
+def _update_handback(outcomes: list[Outcome]) -> int:
+    if not outcomes:
+        return 0
+    ids = [o.task_id for o in outcomes]
+    return sql.update_tasks(
+        [
+            sql.assign("status", ids, [QUEUED] * len(ids)),
+            sql.assign("owner", ids, [""] * len(ids)),
+            ("handback_count = handback_count + 1", []),
+            sql.assign("progress_msg", ids, [o.progress_msg for o in outcomes]),
+            sql.assign("update_time", ids, [now_ms()] * len(ids)),
+        ],
+        _fence(outcomes),
+    )
+
+
+def _fence(outcomes: Sequence[Outcome]) -> tuple[str, list[object]]:
+    """``id = ? AND attempt = ? AND status = 'running'`` for a whole batch."""
+    return sql.fence([o.task_id for o in outcomes], [o.claimed.attempt for o in outcomes], RUNNING)
+
+
+def write_outcomes(outcomes: list[Outcome]) -> list[str | None]:
+    """The terminal writes of a batch, inside one ``unit()``: the status each row now has under
+    this run's attempt (QUEUED for a hand-back), or None where this run lost its task."""
+    live = [o for o in outcomes if o.kind != LOST]
+    if not live:
+        return [None] * len(outcomes)
+    doc_ids = sorted({o.claimed.doc_id for o in live if o.claimed.doc_id})
+    lock_documents(doc_ids)
+    finals = [o for o in live if o.kind != HANDBACK]
+    backs = [o for o in live if o.kind == HANDBACK]
+    matched = _update_final(finals) + _update_handback(backs)
+    target = {DONE: DONE, FAILED: FAILED, CANCEL: CANCELLED, HANDBACK: QUEUED}
+    state: dict[str, str | None] = {o.task_id: target[o.kind] for o in live}
+    if matched < len(live):  # a commit retried after a lost connection, or the run lost its task
+        rows = sql.task_states(list(state))
+        for o in live:
+            status, attempt = rows.get(o.task_id, ("", -1))
+            mine = attempt == o.claimed.attempt
+            keep = mine and (status in TERMINAL_STATES or (o.kind == HANDBACK and status == QUEUED))
+            state[o.task_id] = status if keep else None
+    cancelled = [tid for tid, s in state.items() if s == CANCELLED]
+    if cancelled:  # a cancelled run's chunks go with it
+        Chunk.delete().where(Chunk.task_id.in_(cancelled)).execute()
+    if doc_ids:
+        recompute_documents(doc_ids)
+    return [state.get(o.task_id) if o.kind != LOST else None for o in outcomes]
+
+
+@dataclass
+class _Settled:
+    outcome: Outcome
+    status: str
+
+
+class Finisher:
+    """Collects outcomes and plain acks; one loop writes, acks and announces them in batches."""
+
+    def __init__(
+        self,
+        streams: Streams,
+        consumer: str,
+        limiters: Limiters,
+        book: Book,
+        db_outage: Outage,
+        redis_outage: Outage,
+    ) -> None:
+        self.streams = streams
+        self.consumer = consumer
+        self.limiters = limiters
+        self.book = book
+        self.db_outage = db_outage
+        self.redis_outage = redis_outage
+        self._outcomes: list[Outcome] = []  # to write
+        self._acks: list[AckItem] = []  # to ack (written, or never needed a write)
+        self._settled: list[_Settled] = []  # written: ack or hand back, then announce
+        self._busy = False
+        self._wake = trio.Event()
+        self.dead_lettered = 0
+
+    def submit(self, outcome: Outcome) -> None:
+        self._outcomes.append(outcome)
+        self._wake.set()
+
+    def submit_acks(self, items: Sequence[AckItem]) -> None:
+        self._acks.extend(items)
+        self._wake.set()
+
+    @property
+    def backlog(self) -> int:
+        return len(self._outcomes) + len(self._acks) + len(self._settled)
+
+    async def drain(self) -> None:
+        """Return once everything submitted so far is written and acked."""
+        while self.backlog or self._busy:
+            await trio.sleep(0.01)
+
+    async def run(self) -> None:
+        while True:
+            if not self.backlog:
+                await self._wake.wait()
+                self._wake = trio.Event()
+            self._busy = True
+            try:
+                delay = max(await self._write_stage(), await self._ack_stage())
+            finally:
+                self._busy = False
+            if delay:
+                await trio.sleep(delay)
+
+    async def _write_stage(self) -> float:
+        if not self._outcomes:
+            return 0.0
+        batch = self._outcomes[:MAX_BATCH]
+        try:
+            states = await self.limiters.db(write_outcomes, batch)
+        except RETRYABLE_DB_ERRORS as exc:
+            return self.db_outage.failed(exc)
+        except Exception:
+            log.exception("terminal write failed; trying again")
+            return 1.0
+        self.db_outage.ok()
+        del self._outcomes[: len(batch)]
+        for outcome, status in zip(batch, states, strict=True):
+            if status is None:
+                log.info(
+                    "run lost its task: nothing written, nothing acked", extra=outcome.claimed.log_extra()
+                )
+                self.book.settle([outcome.claimed.entry.key])
+            else:
+                self._settled.append(_Settled(outcome, status))
+        return 0.0
+
+    async def _ack_stage(self) -> float:
+        if not (self._acks or self._settled):
+            return 0.0
+        acks, settled = list(self._acks), list(self._settled)
+        try:
+            await self.limiters.redis(self._ack_and_announce, acks, settled)
+        except RETRYABLE_REDIS_ERRORS as exc:
+            return self.redis_outage.failed(exc)
+        except redis.RedisError as exc:
+            log.error("ack failed, entries left pending for reclaim: %s", exc)
+        self.redis_outage.ok()
+        del self._acks[: len(acks)]
+        del self._settled[: len(settled)]
+        self.dead_lettered += sum(1 for a in acks if a.dead_reason)
+        self.book.settle(
+            [(a.stream, a.entry_id) for a in acks] + [s.outcome.claimed.entry.key for s in settled]
+        )
+        return 0.0
+
+    def _ack_and_announce(self, acks: list[AckItem], settled: list[_Settled]) -> None:
+        """In one thread hop: one ack script call, the hand-backs, then the events (pipelined)."""
+        items = list(acks)
+        backs: list[_Settled] = []
+        for s in settled:
+            entry = s.outcome.claimed.entry
+            if s.status == QUEUED:
+                backs.append(s)
+            else:
+                items.append(AckItem(entry.stream, entry.entry_id, s.outcome.task_id))
+        self.streams.ack(self.consumer, items)
+        for s in backs:
+            entry = s.outcome.claimed.entry
+            new_id = self.streams.hand_back(
+                self.consumer, entry.stream, entry.entry_id, s.outcome.claimed.message
+            )
+            extra = {**s.outcome.claimed.log_extra(), "entry": new_id or ""}
+            if new_id:
+                log.info("handed back: row queued, entry re-published", extra=extra)
+            else:
+                log.warning("handed back: row queued, but the entry was no longer ours", extra=extra)
+        if settled:
+            pipe = self.streams.client.pipeline(transaction=False)
+            for s in settled:
+                pipe.publish(self.streams.keys.updates, _event(s, self.consumer))
+            pipe.execute()
+
+
+def _event(s: _Settled, consumer: str) -> bytes:
+    progress = {DONE: 1.0, QUEUED: None}.get(s.status, -1.0)
+    claimed = s.outcome.claimed
+    return orjson.dumps(
+        {
+            "task_id": claimed.task_id,
+            "doc_id": claimed.doc_id,
+            "status": s.status,
+            "progress": progress,
+            "executor": consumer,
+        }
+    )

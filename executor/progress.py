@@ -1,0 +1,189 @@
+"""Progress of running tasks: kept in memory, written by one flusher loop, monotonic and fenced."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import trio
+
+from db.database import RETRYABLE_DB_ERRORS, is_mysql
+from db.models import CANCELLED, RUNNING, now_ms
+from executor import sql
+from executor.book import STOP_CANCELLED, STOP_LOST
+from executor.context import Limiters
+from executor.outage import Outage
+
+log = logging.getLogger("executor.progress")
+
+MAX_LINES = 60
+MAX_BYTES = 8192
+MAX_LINE_CHARS = 1000
+MAX_RUNNING_FRACTION = 0.99  # 1.0 means done; a running task stays below it
+
+
+def stamp(msg: str) -> str:
+    """One progress line: local time, then the message (one line, bounded)."""
+    text = " ".join(str(msg).split())
+    if len(text) > MAX_LINE_CHARS:
+        text = text[:MAX_LINE_CHARS] + "…"
+    return f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}"
+
+
+class Lines:
+    """Timestamped lines, capped: the tail is kept (≤ MAX_LINES lines, ≤ MAX_BYTES bytes)."""
+
+    def __init__(self, text: str = "") -> None:
+        self._lines: deque[str] = deque()
+        self._bytes = 0
+        for line in text.splitlines():
+            if line.strip():
+                self._push(line)
+
+    def _push(self, line: str) -> None:
+        self._lines.append(line)
+        self._bytes += len(line.encode()) + 1
+        while self._lines and (len(self._lines) > MAX_LINES or self._bytes > MAX_BYTES):
+            self._bytes -= len(self._lines.popleft().encode()) + 1
+
+    def add(self, msg: str) -> None:
+        self._push(stamp(msg))
+
+    def text(self) -> str:
+        return "\n".join(self._lines)
+
+
+def append_line(text: str, msg: str) -> str:
+    """``text`` with one more timestamped line, capped."""
+    lines = Lines(text)
+    lines.add(msg)
+    return lines.text()
+
+
+@dataclass
+class Track:
+    """One running task's progress as this executor knows it."""
+
+    attempt: int
+    fraction: float
+    lines: Lines
+    version: int = 0  # bumped on every report
+    written: int = -1  # the version last written to the row
+
+
+@dataclass(frozen=True)
+class ProgressStatistics:
+    flushes: int
+    rows_written: int
+    failed_flushes: int
+
+
+@dataclass
+class ProgressBook:
+    """Reports land here without blocking; the flusher takes the dirty ones."""
+
+    tracks: dict[str, Track] = field(default_factory=dict)
+
+    def open(self, task_id: str, attempt: int, fraction: float, text: str) -> None:
+        self.tracks[task_id] = Track(attempt, max(0.0, float(fraction or 0.0)), Lines(text))
+
+    def close(self, task_id: str) -> None:
+        self.tracks.pop(task_id, None)
+
+    def report(self, task_id: str, fraction: float | None, msg: str = "") -> None:
+        track = self.tracks.get(task_id)
+        if track is None:
+            return
+        if fraction is not None:
+            clamped = min(MAX_RUNNING_FRACTION, max(0.0, float(fraction)))
+            track.fraction = max(track.fraction, clamped)
+        if msg:
+            track.lines.add(msg)
+        track.version += 1
+
+    def text(self, task_id: str) -> str:
+        track = self.tracks.get(task_id)
+        return track.lines.text() if track else ""
+
+    def dirty(self) -> list[tuple[str, Track, int]]:
+        return [(tid, t, t.version) for tid, t in self.tracks.items() if t.version != t.written]
+
+
+def write_progress(items: list[tuple[str, int, float, str]]) -> dict[str, tuple[str, int] | None]:
+    """One fenced, monotonic UPDATE for every dirty task ``(id, attempt, fraction, text)``;
+    inside ``unit()``. Returns the tasks whose row did not match: id → (status, attempt) or None."""
+    ids = [i[0] for i in items]
+    biggest = "GREATEST" if is_mysql() else "MAX"
+    fraction, fraction_params = sql.assign("x", ids, [i[2] for i in items])
+    count = sql.update_tasks(
+        [
+            (f"progress = {biggest}(progress, {fraction.split(' = ', 1)[1]})", fraction_params),
+            sql.assign("progress_msg", ids, [i[3] for i in items]),
+            sql.assign("update_time", ids, [now_ms()]),
+        ],
+        sql.fence(ids, [i[1] for i in items], RUNNING),
+    )
+    if count >= len(items):
+        return {}
+    found = sql.task_states(ids)
+    lost: dict[str, tuple[str, int] | None] = {}
+    for tid, attempt, _, _ in items:
+        row = found.get(tid)
+        if row != (RUNNING, attempt):
+            lost[tid] = row
+    return lost
+
+
+def stop_reason_for(row: tuple[str, int] | None, attempt: int) -> str:
+    """A run whose row moved on: cancelled under my attempt is a cancel, anything else is lost."""
+    return STOP_CANCELLED if row is not None and row == (CANCELLED, attempt) else STOP_LOST
+
+
+class ProgressFlusher:
+    """Every ``interval_s``, one transaction writes every task whose progress changed."""
+
+    def __init__(
+        self,
+        book: ProgressBook,
+        limiters: Limiters,
+        interval_s: float,
+        outage: Outage,
+        on_lost: Callable[[str, str, int], None],
+    ) -> None:
+        self.book = book
+        self.limiters = limiters
+        self.interval_s = max(0.01, interval_s)
+        self.outage = outage
+        self.on_lost = on_lost  # (task id, stop reason, attempt)
+        self._flushes = self._rows = self._failed = 0
+
+    def statistics(self) -> ProgressStatistics:
+        return ProgressStatistics(self._flushes, self._rows, self._failed)
+
+    async def run(self) -> None:
+        while True:
+            await trio.sleep(self.interval_s)
+            await self.flush()
+
+    async def flush(self) -> None:
+        dirty = self.book.dirty()
+        if not dirty:
+            return
+        items = [(tid, t.attempt, t.fraction, t.lines.text()) for tid, t, _ in dirty]
+        try:
+            lost = await self.limiters.db(write_progress, items)
+        except RETRYABLE_DB_ERRORS as exc:
+            self._failed += 1
+            self.outage.failed(exc)  # kept dirty: written on a later pass
+            return
+        self.outage.ok()
+        self._flushes += 1
+        self._rows += len(items) - len(lost)
+        for _tid, track, version in dirty:
+            track.written = version
+        attempts = {i[0]: i[1] for i in items}
+        for tid, row in lost.items():
+            self.on_lost(tid, stop_reason_for(row, attempts[tid]), attempts[tid])

@@ -1,0 +1,209 @@
+"""Run one claimed task: a slot, a timeout, retries in place, a stop scope, then the finisher."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass
+from functools import partial
+
+import trio
+
+from db.models import DONE, FAILED
+from executor.book import STOP_CANCELLED, STOP_HANDBACK, Book, Running
+from executor.context import ExecutorEnv, TaskContext, TaskResult
+from executor.finisher import CANCEL, HANDBACK, LOST, Finisher, Outcome
+from executor.progress import ProgressBook
+from executor.router import Router
+from ingest.errors import is_retryable
+
+log = logging.getLogger("executor.runner")
+
+MAX_ERROR_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Retryable errors are tried again in place: exponential backoff with jitter, capped."""
+
+    max_tries: int = 5
+    base_s: float = 0.5
+    cap_s: float = 30.0
+
+    def delay_s(self, retry: int) -> float:
+        return min(self.cap_s, self.base_s * 2 ** (retry - 1)) * random.uniform(0.5, 1.0)
+
+
+@dataclass
+class Counters:
+    """What this executor did since it started (heartbeat and, later, metrics read these)."""
+
+    started: int = 0
+    done: int = 0
+    failed: int = 0
+    retried: int = 0
+    timed_out: int = 0
+    cancelled: int = 0
+    handed_back: int = 0
+    lost: int = 0
+    dead_lettered: int = 0
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` of the innermost single exception, bounded."""
+    exc = unwrap(exc)
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + "…"
+
+
+def unwrap(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+class Runner:
+    """Runs claimed tasks through the router; every outcome goes to the finisher."""
+
+    def __init__(
+        self,
+        env: ExecutorEnv,
+        router: Router,
+        book: Book,
+        progress: ProgressBook,
+        finisher: Finisher,
+        policy: RetryPolicy,
+        counters: Counters,
+    ) -> None:
+        self.env = env
+        self.router = router
+        self.book = book
+        self.progress = progress
+        self.finisher = finisher
+        self.policy = policy
+        self.counters = counters
+        self.timeout_s = env.settings.task_timeout_s
+
+    async def run(self, run: Running) -> None:
+        claimed = run.claimed
+        tid = claimed.task_id
+        self.progress.open(
+            tid, claimed.attempt, claimed.row.get("progress") or 0.0, claimed.row.get("progress_msg") or ""
+        )
+        try:
+            outcome: Outcome | None = None
+            with run.scope:
+                outcome = await self._run_in_slot(run)
+            if outcome is None:  # our own scope was cancelled: the stop reason says why
+                outcome = self._stopped(run)
+            self.finisher.submit(outcome)
+        finally:
+            self.progress.close(tid)
+            self.book.finish(tid)
+
+    async def _run_in_slot(self, run: Running) -> Outcome:
+        claimed = run.claimed
+        async with self.env.limiters.task_limiter:
+            self.counters.started += 1
+            began = time.monotonic()
+            self.progress.report(
+                claimed.task_id, None, f"started on {self.env.consumer} (attempt {claimed.attempt})"
+            )
+            log.info("task start", extra=claimed.log_extra())
+            try:
+                with trio.fail_after(self.timeout_s):
+                    result = await self._attempts(run)
+            except trio.TooSlowError:
+                self.counters.timed_out += 1
+                return self._failed(run, f"timed out after {self.timeout_s:g} s", began)
+            except Exception as exc:
+                return self._failed(run, describe(exc), began)
+            return self._done(run, result, began)
+
+    async def _attempts(self, run: Running) -> TaskResult | None:
+        ctx = self._context(run)
+        while True:
+            try:
+                return await self.router.route(ctx)
+            except Exception as exc:
+                if not is_retryable(unwrap(exc)) or run.retries + 1 >= self.policy.max_tries:
+                    raise
+                run.retries += 1
+                self.counters.retried += 1
+                delay = self.policy.delay_s(run.retries)
+                tries = f"{run.retries}/{self.policy.max_tries}"
+                line = f"try {tries} failed: {describe(exc)}; retrying in {delay:.2f} s"
+                self.progress.report(ctx.task_id, None, line)
+                log.warning("task retry: %s", line, extra=run.claimed.log_extra())
+                await trio.sleep(delay)
+
+    def _context(self, run: Running) -> TaskContext:
+        c = run.claimed
+        return TaskContext(
+            task_id=c.task_id,
+            task_type=c.task_type,
+            attempt=c.attempt,
+            consumer=self.env.consumer,
+            row=c.row,
+            doc=c.doc,
+            kb=c.kb,
+            message=c.message,
+            entry=c.entry,
+            settings=self.env.settings,
+            limiters=self.env.limiters,
+            progress=partial(self.progress.report, c.task_id),
+            resources=self.env.resources,
+        )
+
+    def _done(self, run: Running, result: TaskResult | None, began: float) -> Outcome:
+        result = result or TaskResult()
+        duration = time.monotonic() - began
+        line = result.message or "done"
+        self.progress.report(run.claimed.task_id, None, f"{line} ({duration:.2f} s)")
+        self.counters.done += 1
+        log.info("task end: done", extra={**run.claimed.log_extra(), "duration_s": round(duration, 3)})
+        outcome = self._outcome(run, DONE, duration, result.chunk_ids)
+        outcome.result = dict(result.extra) or None
+        return outcome
+
+    def _failed(self, run: Running, error: str, began: float) -> Outcome:
+        duration = time.monotonic() - began
+        self.progress.report(run.claimed.task_id, None, f"failed: {error}")
+        self.counters.failed += 1
+        log.warning(
+            "task end: failed: %s", error, extra={**run.claimed.log_extra(), "duration_s": round(duration, 3)}
+        )
+        return self._outcome(run, FAILED, duration, [], error=error)
+
+    def _stopped(self, run: Running) -> Outcome:
+        duration = time.monotonic() - run.since
+        reason = run.stop_reason
+        kind = {STOP_CANCELLED: CANCEL, STOP_HANDBACK: HANDBACK}.get(reason, LOST)
+        if kind == CANCEL:
+            self.counters.cancelled += 1
+            self.progress.report(run.claimed.task_id, None, "cancelled")
+        elif kind == HANDBACK:
+            self.counters.handed_back += 1
+        else:
+            self.counters.lost += 1
+        log.info(
+            "task end: %s",
+            reason or "stopped",
+            extra={**run.claimed.log_extra(), "duration_s": round(duration, 3)},
+        )
+        return self._outcome(run, kind, duration, [])
+
+    def _outcome(
+        self, run: Running, kind: str, duration: float, chunk_ids: list[str], error: str = ""
+    ) -> Outcome:
+        c = run.claimed
+        return Outcome(
+            claimed=c,
+            kind=kind,
+            progress_msg=self.progress.text(c.task_id),
+            duration_s=duration,
+            chunk_ids=list(chunk_ids),
+            retry_count=int(c.row.get("retry_count") or 0) + run.retries,
+            error=error,
+        )
