@@ -1,0 +1,46 @@
+"""Cancel: the row is set cancelled and the cancel key set; the run stops within 2 s, its chunks go."""
+
+from __future__ import annotations
+
+import trio
+
+from db.database import unit
+from db.models import CANCELLED, RUNNING, Chunk, Document, Task
+from tests.executor.support import enqueue, make_document, row, running_daemon, task_spec
+from tests.helpers import await_until
+
+
+def _chunks(task_id: str) -> int:
+    with unit():
+        return Chunk.select().where(Chunk.task_id == task_id).count()
+
+
+async def test_cancel_stops_a_running_task_within_2_s_and_its_chunks_are_removed(
+    xsettings, streams, rclient, keys, db
+):
+    kb_id, doc_id = make_document()
+    (tid,) = enqueue(streams, [task_spec("chunks_then_hang", doc_id=doc_id, kb_id=kb_id, chunks=4)])
+    async with running_daemon(xsettings) as daemon:
+        await await_until(lambda: _chunks(tid) == 4 and row(tid)["status"] == RUNNING, 10)
+        with unit():  # as `ingest cancel` does: the row first, then the cancel key
+            Task.update(status=CANCELLED, progress=-1.0).where(Task.id == tid).execute()
+        rclient.set(keys.cancel(tid), "1", ex=60)
+        began = trio.current_time()
+        await await_until(lambda: daemon.statistics().running == 0, 5)
+        assert trio.current_time() - began < 2.0
+        await await_until(lambda: _chunks(tid) == 0 and rclient.xlen(keys.queue(0)) == 0, 5)
+        assert daemon.statistics().cancelled == 1
+    assert row(tid)["status"] == CANCELLED
+    with unit():
+        assert Document.get_by_id(doc_id).run == CANCELLED
+
+
+async def test_a_cancel_key_alone_stops_the_task_and_the_executor_records_the_cancel(
+    xsettings, streams, rclient, keys, db
+):
+    (tid,) = enqueue(streams, [task_spec("hang")])
+    async with running_daemon(xsettings) as daemon:
+        await await_until(lambda: daemon.statistics().running == 1, 10)
+        rclient.set(keys.cancel(tid), "1", ex=60)
+        await await_until(lambda: row(tid)["status"] == CANCELLED and rclient.xlen(keys.queue(0)) == 0, 5)
+    assert row(tid)["progress_msg"].endswith("cancelled") and row(tid)["progress"] == -1

@@ -1,0 +1,77 @@
+"""Garbage on the streams is dead-lettered with a reason while the executor keeps working."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from db.models import DEAD, DONE
+from executor.claim import MAX_MESSAGE_BYTES, parse_message
+from ingest.errors import BadMessage
+from tests.executor.support import all_in, enqueue, row, running_daemon, task_spec
+from tests.helpers import await_until
+
+GARBAGE = {
+    "not JSON": ({"message": "{not json"}, "not JSON"),
+    "JSON array": ({"message": "[1, 2, 3]"}, "not a JSON object"),
+    "no id": ({"message": '{"task_type": "noop"}'}, "no id"),
+    "id not a string": ({"message": '{"id": 42}'}, "id must be a string"),
+    "bad priority": ({"message": '{"id": "abc", "priority": 7}'}, "priority must be one of"),
+    "bad task_type": ({"message": '{"id": "abc", "task_type": 3}'}, "task_type must be"),
+    "no message field": ({"payload": "{}"}, "no message field"),
+    "huge junk": ({"message": "x" * (MAX_MESSAGE_BYTES + 10)}, "message too large"),
+}
+
+
+async def test_garbage_of_every_kind_is_dead_lettered_while_good_tasks_finish(
+    xsettings, streams, rclient, keys, db
+):
+    before = enqueue(streams, [task_spec("noop") for _ in range(3)])
+    for fields, _ in GARBAGE.values():
+        rclient.xadd(keys.queue(0), fields)
+    (unknown,) = enqueue(streams, [task_spec("no_such_type")])
+    after = enqueue(streams, [task_spec("noop") for _ in range(3)])
+    async with running_daemon(xsettings) as daemon:
+        await await_until(
+            lambda: all_in(before + after, DONE) and rclient.xlen(keys.dead) == len(GARBAGE) + 1, 15
+        )
+        assert daemon.statistics().dead_lettered == len(GARBAGE) + 1
+    reasons = [fields["reason"] for _, fields in rclient.xrange(keys.dead)]
+    for _, expected in GARBAGE.values():
+        assert sum(expected in r for r in reasons) == 1, (expected, reasons)
+    assert (
+        row(unknown)["status"] == DEAD and "unknown task_type 'no_such_type'" in row(unknown)["progress_msg"]
+    )
+    assert any("unknown task_type" in r for r in reasons)
+    assert rclient.xlen(keys.queue(0)) == 0
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=40),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=10,
+)
+messages = st.fixed_dictionaries(
+    {}, optional={"id": json_values | st.text(max_size=70), "priority": json_values, "task_type": json_values}
+)
+
+
+@given(st.none() | st.text(max_size=200) | json_values.map(json.dumps) | messages.map(json.dumps))
+def test_any_input_is_either_a_message_of_the_contract_or_bad(raw):
+    try:
+        msg = parse_message(raw)
+    except BadMessage as exc:
+        assert str(exc)
+        return
+    assert isinstance(msg, dict) and isinstance(msg["id"], str) and 0 < len(msg["id"]) <= 64
+    assert msg.get("priority", 0) in (0, 1) and not isinstance(msg.get("priority"), bool)
+    assert msg.get("task_type") is None or isinstance(msg["task_type"], str)
+
+
+@pytest.mark.parametrize("raw", ['{"id": "a", "priority": true}', '{"id": ""}', '{"id": "a", "doc_id": 5}'])
+def test_near_misses_are_bad(raw):
+    with pytest.raises(BadMessage):
+        parse_message(raw)

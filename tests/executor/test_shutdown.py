@@ -1,0 +1,35 @@
+"""SIGTERM: stop reading, let short tasks finish, hand long ones back, exit 0."""
+
+from __future__ import annotations
+
+import signal
+
+from db.models import DONE, QUEUED, RUNNING
+from tests.executor.support import enqueue, row, statuses, task_spec
+from tests.helpers import wait_until
+from tests.procs import ExecutorProcess
+
+
+def test_sigterm_finishes_short_task_and_hands_long_one_back_to_another_executor(
+    xsettings, streams, db, tmp_path
+):
+    settings = xsettings.replace(shutdown_grace_s=2.0)
+    short, long_ = enqueue(
+        streams, [task_spec("sleep", seconds=1.0), task_spec("sleep_first_attempt", seconds=60)]
+    )
+    with ExecutorProcess(settings, "host_1", tmp_path / "a.log") as first:
+        first.wait_ready()
+        wait_until(lambda: statuses([short, long_]) == {short: RUNNING, long_: RUNNING}, 15)
+        first.signal(signal.SIGTERM)
+        assert first.wait(15) == 0
+        log = first.log()
+    assert row(short)["status"] == DONE and row(short)["owner"] == "host_1"
+    back = row(long_)
+    assert back["status"] == QUEUED and back["handback_count"] == 1 and back["owner"] == ""
+    assert "draining" in log and "handed back" in log
+    with ExecutorProcess(settings, "host_2", tmp_path / "b.log") as second:
+        second.wait_ready()
+        wait_until(lambda: row(long_)["status"] == DONE, 15)
+        assert second.stop() == 0
+    done = row(long_)
+    assert done["owner"] == "host_2" and done["attempt"] == 2 and done["handback_count"] == 1
