@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -108,8 +108,66 @@ class ExecutorProcess:
             self.kill()
 
 
-def wait_exit(proc: ExecutorProcess, timeout_s: float) -> int:
-    start = time.monotonic()
-    code = proc.wait(timeout_s)
-    assert time.monotonic() - start <= timeout_s
-    return code
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class PrivateRedis:
+    """A Redis of a test's own (AOF, fsync always) that it may kill and start again."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--save",
+                "",
+                "--dir",
+                str(self.dir),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        client = redis.Redis.from_url(self.url)
+
+        def answers() -> bool:
+            try:
+                return bool(client.ping())
+            except redis.RedisError:
+                return False
+
+        try:
+            wait_until(answers, 10)
+        finally:
+            client.close()
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+    def __enter__(self) -> PrivateRedis:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()

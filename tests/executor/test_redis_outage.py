@@ -1,0 +1,46 @@
+"""A Redis restart mid-run: running tasks go on, one warning for the outage, acks once it is back."""
+
+from __future__ import annotations
+
+import io
+import logging
+
+import trio
+
+from db.keys import Keys
+from db.models import DONE, RUNNING
+from db.streams import Streams, connect
+from executor.logs import make_handler
+from tests.executor.support import enqueue, running_daemon, statuses, task_spec
+from tests.helpers import await_until
+from tests.procs import PrivateRedis
+
+
+async def test_running_tasks_finish_through_a_redis_kill_and_are_acked_when_it_returns(
+    xsettings, db, tmp_path
+):
+    with PrivateRedis(tmp_path) as server:
+        settings = xsettings.replace(redis_url=server.url)
+        client = connect(server.url)
+        keys = Keys(settings.key_prefix)
+        streams = Streams(client, keys)
+        streams.ensure_group()
+        ids = enqueue(streams, [task_spec("sleep", seconds=1.5) for _ in range(3)])
+        out = io.StringIO()
+        handler = make_handler(settings, "host_1", out)
+        logging.getLogger().addHandler(handler)
+        try:
+            async with running_daemon(settings, "host_1"):
+                await await_until(lambda: list(statuses(ids).values()) == [RUNNING] * 3, 10)
+                server.kill()
+                await trio.sleep(1.0)
+                server.start()
+                await await_until(lambda: all(s == DONE for s in statuses(ids).values()), 15)
+                await await_until(lambda: client.xpending(keys.queue(0), keys.group)["pending"] == 0, 15)
+        finally:
+            logging.getLogger().removeHandler(handler)
+        assert client.xlen(keys.queue(0)) == 0
+        client.close()
+    text = out.getvalue()
+    assert text.count("redis unreachable") == 1, text
+    assert text.count("redis back after") == 1, text
