@@ -178,7 +178,7 @@ def cut_by_tokens(text: str, limit: int, tokenizer: TextTokenizer) -> list[str]:
     return parts
 
 
-def _tail(text: str, tokens: int, tokenizer: TextTokenizer) -> str:
+def overlap_tail(text: str, tokens: int, tokenizer: TextTokenizer) -> str:
     """The end of ``text``: at most ``tokens`` tokens, starting at a word."""
     if tokens <= 0:
         return ""
@@ -231,7 +231,7 @@ def chunk_sections(sections: Iterable[Section], config: ChunkConfig, tokenizer: 
         if fresh and tokens + piece.tokens > limit:
             content = "".join(texts)
             drafts.append((content, page))
-            overlap = _tail(content, min(config.overlap_tokens, limit - piece.tokens), tokenizer)
+            overlap = overlap_tail(content, min(config.overlap_tokens, limit - piece.tokens), tokenizer)
             texts = [overlap] if overlap.strip() else []
             tokens = tokenizer.count(overlap) if texts else 0
             fresh = 0

@@ -5,7 +5,11 @@
   re-parses that document instead of adding a second one;
 - a task's id from (document id, page range, generation), so each submission is new work;
 - a task's digest from what its result depends on (content, model, chunking config, page
-  range), so a finished task with the same digest can hand over its chunks.
+  range), so a finished task with the same digest can hand over its chunks;
+- a dataflow's id from (tenant, name, DSL), so replacing its DSL gives it a new id (and new
+  digests: chunks of the old pipeline are never taken over by the new one);
+- a memory message's id (and the id of the task that saves it) from (memory id, source id),
+  so saving the same message twice stores it once.
 """
 
 from __future__ import annotations
@@ -67,6 +71,21 @@ def digest(
         task_type,
         dataflow_id or "",
     )
+
+
+def dataflow_id(tenant_id: str, name: str, dsl: Mapping[str, Any]) -> str:
+    """The id of dataflow ``name`` of ``tenant_id`` with this DSL."""
+    return _hash("dataflow", tenant_id, name, dict(dsl))
+
+
+def memory_message_id(memory_id: str, source_id: str) -> str:
+    """The row of message ``source_id`` in memory ``memory_id``."""
+    return _hash("memory", memory_id, source_id)
+
+
+def memory_task_id(memory_id: str, source_id: str) -> str:
+    """The task that saves message ``source_id`` into memory ``memory_id``."""
+    return _hash("memory-task", memory_id, source_id)
 
 
 def new_id() -> str:
