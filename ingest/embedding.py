@@ -6,9 +6,12 @@ its dimension once. Vectors are float32 and normalised, so a dot product is the 
 
 :class:`EmbeddingService` is shared by all tasks of an executor: each task submits its texts
 with :meth:`~EmbeddingService.embed`; one consumer loop takes pending texts from every waiting
-task in turn into batches of ``INGEST_EMBEDDING_BATCH`` and encodes each batch in a thread
-under the ``embed_limiter``, so chunks of tasks running at the same time share batches
-instead of being encoded one task at a time; vectors are routed back to their tasks.
+task in turn and encodes them in a thread under the ``embed_limiter``, in forward batches of
+``INGEST_EMBEDDING_BATCH``, so chunks of tasks running at the same time share batches instead
+of being encoded one task at a time; vectors are routed back to their tasks. Each call takes a
+window of up to :data:`WINDOW_BATCHES` batches, which the model sorts by length before batching:
+measured on the bench corpus, arrival order pads 5.7 % more tokens than a full sort, a window
+of four batches 2.4 %.
 
 sentence-transformers (and torch) are imported only when a model is loaded: ``import ingest``
 and parse worker processes never pay for them.
@@ -31,6 +34,7 @@ import trio
 from ingest.errors import PermanentError
 
 log = logging.getLogger(__name__)
+WINDOW_BATCHES = 4
 
 
 def model_identity(model: str) -> str:
@@ -118,12 +122,12 @@ def encode_texts(model: str, texts: Sequence[str], batch_size: int = 32) -> np.n
 
 @dataclass(frozen=True)
 class EmbeddingStatistics:
-    """What the service has done: encode calls, texts, and batches shared by several tasks."""
+    """What the service has done: encode calls, texts, and calls shared by several tasks."""
 
-    encode_calls: int
+    encode_calls: int  # thread hops, each up to WINDOW_BATCHES forward batches
     texts_encoded: int
-    shared_batches: int  # batches holding texts of more than one request
-    largest_batch: int
+    shared_calls: int  # calls holding texts of more than one request
+    largest_call: int
     requests_waiting: int
 
 
@@ -149,9 +153,11 @@ class EmbeddingService:
         limiter: trio.CapacityLimiter,
         *,
         loader: Callable[[str], Embedder] = load_embedder,
+        window_batches: int = WINDOW_BATCHES,
     ) -> None:
         self.model = model
         self.batch_size = max(1, batch_size)
+        self.window = self.batch_size * max(1, window_batches)
         self._limiter = limiter
         self._loader = loader
         self._embedder: Embedder | None = None
@@ -198,8 +204,8 @@ class EmbeddingService:
         return EmbeddingStatistics(
             encode_calls=self._encode_calls,
             texts_encoded=self._texts,
-            shared_batches=self._shared,
-            largest_batch=self._largest,
+            shared_calls=self._shared,
+            largest_call=self._largest,
             requests_waiting=len(self._pending),
         )
 
@@ -229,9 +235,9 @@ class EmbeddingService:
             self._fail_all(PermanentError("embedding service stopped"))
 
     def _take_batch(self) -> list[tuple[_Request, int, int]]:
-        """Up to ``batch_size`` texts taken from every waiting request in turn."""
+        """Up to a window of texts, taken from every waiting request in turn."""
         batch: list[tuple[_Request, int, int]] = []
-        room = self.batch_size
+        room = self.window
         while room and self._pending:
             share = max(1, math.ceil(room / len(self._pending)))
             for request in list(self._pending):
@@ -250,7 +256,9 @@ class EmbeddingService:
         texts = [t for request, start, end in batch for t in request.texts[start:end]]
         try:
             embedder = await self.embedder()
-            vectors = await trio.to_thread.run_sync(embedder.encode, texts, len(texts), limiter=self._limiter)
+            vectors = await trio.to_thread.run_sync(
+                embedder.encode, texts, self.batch_size, limiter=self._limiter
+            )
         except Exception as exc:  # noqa: BLE001 - routed to the tasks whose texts these were
             error = exc if isinstance(exc, PermanentError) else PermanentError(f"embedding failed: {exc}")
             for request, _, _ in batch:

@@ -49,14 +49,16 @@ async def test_concurrent_tasks_share_batches_and_get_their_own_vectors(embedder
         for i in range(3):
             nursery.start_soon(task, i)
     stats = service.statistics()
-    assert stats.encode_calls == 1 and stats.shared_batches == 1 and stats.largest_batch == 20
+    assert stats.encode_calls == 1 and stats.shared_calls == 1 and stats.largest_call == 20
     for i, texts in enumerate(requests):
         assert np.allclose(results[i], embedder.encode(texts), atol=1e-5)
         assert progress[i][-1] == (len(texts), len(texts))
 
 
-async def test_batches_never_exceed_the_batch_size_and_take_from_every_task(embedder):  # noqa: F811
-    service = EmbeddingService(embedder.model, batch_size=6, limiter=trio.CapacityLimiter(1))
+async def test_calls_never_exceed_the_window_and_take_from_every_task(embedder):  # noqa: F811
+    service = EmbeddingService(
+        embedder.model, batch_size=3, limiter=trio.CapacityLimiter(1), window_batches=2
+    )
     big, small = [f"long document part {i}" for i in range(30)], ["a short note", "another note"]
     order: list[str] = []
 
@@ -68,7 +70,7 @@ async def test_batches_never_exceed_the_batch_size_and_take_from_every_task(embe
         nursery.start_soon(run, "big", big)
         nursery.start_soon(run, "small", small)
     stats = service.statistics()
-    assert stats.largest_batch == 6 and stats.texts_encoded == 32 and stats.encode_calls == 6
+    assert stats.largest_call == 6 and stats.texts_encoded == 32 and stats.encode_calls == 6
     assert order == ["small", "big"]  # the small task did not wait behind the big one
 
 
