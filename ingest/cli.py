@@ -1,6 +1,7 @@
 """``ingest``: the command line of the producer side (``python -m ingest`` too).
 
-Verbs: ``init``, ``submit``, ``status``, ``cancel``, ``retry``, ``rm``, ``fleet``, ``search``.
+Verbs: ``init``, ``submit``, ``status``, ``cancel``, ``retry``, ``rm``, ``fleet``, ``search``;
+``dataflow`` (:mod:`ingest.cli_dataflow`) and ``memory`` (:mod:`ingest.cli_memory`).
 Settings come from the environment once (``Settings.from_env``); ``--db-url``, ``--redis-url``
 and ``--key-prefix`` override it, before or after the verb. Exit status: 0 when everything
 asked was done, 1 when something was not (a refused file, a failed document, an unknown id, an
@@ -92,9 +93,19 @@ def cmd_submit(settings: Settings, args: argparse.Namespace) -> int:
     from ingest.errors import PublishError
     from ingest.producer import submit_documents
 
+    dataflow_id = None
+    if args.dataflow:
+        from ingest.dataflow.catalog import get_dataflow
+
+        dataflow_id = get_dataflow(settings, args.dataflow, tenant_id=args.tenant)["id"]
     try:
         result = submit_documents(
-            settings, args.paths, args.kb, tenant_id=args.tenant, priority=args.priority
+            settings,
+            args.paths,
+            args.kb,
+            tenant_id=args.tenant,
+            priority=args.priority,
+            dataflow_id=dataflow_id,
         )
     except PublishError as exc:
         partial = getattr(exc, "result", None)
@@ -301,6 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument(
         "--timeout", type=float, default=None, metavar="S", help="with --wait: give up after S s"
     )
+    sub.add_argument("--dataflow", metavar="NAME", help="run this dataflow on each file instead of parse")
     sub = verb("status", cmd_status, "Counts of tasks and documents, or one task or document.")
     sub.add_argument("id", nargs="?", metavar="TASK_OR_DOC_ID")
     sub = verb("cancel", cmd_cancel, "Cancel a task, or every unfinished task of a document.")
@@ -322,6 +334,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--kb", required=True, metavar="NAME")
     sub.add_argument("--tenant", default="default", metavar="ID")
     sub.add_argument("-k", type=int, default=5, metavar="N", help="how many chunks (default 5)")
+    from ingest import cli_dataflow, cli_memory
+
+    cli_dataflow.add_verbs(verbs, _global_options)
+    cli_memory.add_verbs(verbs, _global_options)
     return parser
 
 
