@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 
@@ -120,3 +121,10 @@ def test_create_refuses_an_invalid_dsl_and_stores_nothing(settings, tmp_path, ca
     assert code == 1 and err.startswith("ingest: invalid dataflow: ") and message in err
     with unit():
         assert Dataflow.select().count() == 0
+
+
+def test_the_readme_example_is_a_valid_dataflow():
+    root = Path(__file__).resolve().parents[2]
+    example = (root / "examples" / "dataflow.json").read_text()
+    assert parse_dsl(json.loads(example)).order[-1] == "index"
+    assert example.strip() in (root / "README.md").read_text()
