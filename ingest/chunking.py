@@ -16,7 +16,7 @@ new piece. The same sections and config always give the same chunks (the chunk i
 ``ingest.store`` follow from the positions).
 
 Why 192 (measured, ``bench/chunk_size.py``): the default model, all-MiniLM-L6-v2, reads 256 word
-pieces, 254 of them text. Corpus: the 12 demo documents of ``examples/`` and the 15 licence texts
+pieces, 254 of them text. Corpus: the 13 demo documents of ``examples/`` and the 14 licence texts
 of /usr/share/common-licenses (27 documents); 105 questions whose answer passage is known, 52 on
 the demo documents and 53 harder ones on the long, similar licences. A returned chunk is a hit
 when it holds the answer's key phrase; overlap 10 %; "hit@640t" caps the context at 640 tokens
