@@ -77,9 +77,13 @@ def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     from ingest.dataflow.debug import run_debug
 
-    if not args.json:
-        print(f"debug run of {args.name!r} on {args.path}: waiting for an executor…", file=sys.stderr)
-    run = run_debug(settings, args.name, args.path, tenant_id=args.tenant, timeout_s=args.timeout)
+    def queued(task_id: str) -> None:
+        if not args.json:
+            print(f"debug run of {args.name!r} on {args.path}: task {task_id} queued", file=sys.stderr)
+
+    run = run_debug(
+        settings, args.name, args.path, tenant_id=args.tenant, timeout_s=args.timeout, on_queued=queued
+    )
     if args.json:
         _json_out(run.to_dict())
     else:

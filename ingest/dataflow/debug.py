@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -64,9 +65,11 @@ def run_debug(
     *,
     tenant_id: str = "default",
     timeout_s: float | None = None,
+    on_queued: Callable[[str], None] | None = None,
 ) -> DebugRun:
     """Run dataflow ``name`` on ``source`` (a path or a ``(name, bytes)`` pair) without indexing
-    anything; wait up to ``timeout_s`` for the fleet. Debug runs go at high priority."""
+    anything; wait up to ``timeout_s`` for the fleet (``on_queued`` is told the task id first).
+    Debug runs go at high priority."""
     from ingest.producer import enqueue_tasks
 
     row = get_dataflow(settings, name, tenant_id=tenant_id)
@@ -80,6 +83,8 @@ def run_debug(
     storage.put(location, item.data)
     task = {"id": task_id, **debug_task(row["id"], tenant_id, item.name, location, len(item.data))}
     enqueue_tasks(settings, [task])
+    if on_queued is not None:
+        on_queued(task_id)
     final, ended = wait_for_task(settings, task_id, timeout_s=timeout_s)
     if ended:
         with contextlib.suppress(Exception):  # best effort: the task is over, nothing reads them

@@ -269,6 +269,16 @@ def _check_ends(
 def describe(graph: Graph) -> list[dict[str, Any]]:
     """One line per component for ``dataflow show``: id, type, inputs, parameters in effect."""
     return [
-        {"id": c.id, "type": c.type, "inputs": list(c.inputs), "params": c.params, "gives": graph.gives[c.id]}
+        {
+            "id": c.id,
+            "type": c.type,
+            "inputs": list(c.inputs),
+            "params": {
+                name: value
+                for name, value in c.params.items()
+                if not c.kind.params[name].methods or c.params.get("method") in c.kind.params[name].methods
+            },
+            "gives": graph.gives[c.id],
+        }
         for c in graph.components.values()
     ]
