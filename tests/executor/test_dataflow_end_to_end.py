@@ -85,29 +85,3 @@ async def test_a_dataflow_runs_end_to_end_and_its_chunks_are_searchable(settings
     )
     assert hit.doc_name == "beekeeping.md" and "waggle" in hit.content
     assert hit.chunk_id in task.chunk_ids.split()
-
-
-async def test_dataflows_are_listed_and_shown(settings, tmp_path, capsys):
-    path = tmp_path / "bees.json"
-    path.write_text(json.dumps(DSL))
-    assert main(["dataflow", "create", "bees", "--dsl", str(path), *cli_args(settings)]) == 0
-    assert main(["dataflow", "create", "bees", "--dsl", str(path), *cli_args(settings)]) == 0  # unchanged
-    assert "unchanged" in capsys.readouterr().out
-    assert main(["dataflow", "list", "--json", *cli_args(settings)]) == 0
-    (listed,) = json.loads(capsys.readouterr().out)
-    assert (listed["name"], listed["components"]) == ("bees", 7)
-    assert main(["dataflow", "show", "bees", "--json", *cli_args(settings)]) == 0
-    assert json.loads(capsys.readouterr().out)["dsl"] == DSL
-    assert main(["dataflow", "show", "bees", *cli_args(settings)]) == 0
-    assert "split (Splitter) ← parse  gives chunks" in capsys.readouterr().out
-
-    other = {**DSL, "description": "changed"}
-    path.write_text(json.dumps(other))
-    assert main(["dataflow", "create", "bees", "--dsl", str(path), *cli_args(settings)]) == 1
-    assert "already exists with another DSL" in capsys.readouterr().err
-    assert (
-        main(["dataflow", "create", "bees", "--dsl", str(path), "--replace", "--json", *cli_args(settings)])
-        == 0
-    )
-    replaced = json.loads(capsys.readouterr().out)
-    assert replaced["outcome"] == "replaced" and replaced["replaced_id"] == listed["id"] != replaced["id"]
