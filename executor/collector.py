@@ -13,7 +13,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from db.config import Settings
-from db.database import RETRYABLE_DB_ERRORS
+from db.database import RETRYABLE_DB_ERRORS, connection
 from db.keys import Keys
 from db.streams import BLOCK_MS_MAX, RETRYABLE_REDIS_ERRORS, Entry, Streams, decode_entry
 from executor.book import Book, Claimed
@@ -126,9 +126,9 @@ class Collector:
             if self._orphan_check_due():
                 await self.recover_orphans()
                 continue
-            entries = await self._redis(self.read_new, free)
-            if entries:
-                await self.dispatch(entries)
+            read = await self._redis(self.read_and_claim, free, self.rules())
+            if read:
+                await self.dispatch(*read)
 
     def stop(self) -> None:
         """Stop reading; a blocked read is woken at once (CLIENT UNBLOCK)."""
@@ -166,6 +166,20 @@ class Collector:
         self.streams.ensure_group()
 
     # -- reads (blocking; in a thread) ----------------------------------------------------
+    def read_and_claim(self, free: int, rules: ClaimRules) -> tuple[list[Entry], ClaimPlan | None] | None:
+        """The hot path in one thread hop: read up to ``free`` new entries, then validate and
+        claim them on one database connection. A database failure leaves the plan None (the
+        entries are ours now: the trio side validates them again); a Redis failure raises."""
+        entries = self.read_new(free)
+        if not entries:
+            return None
+        try:
+            with connection():
+                return entries, validate_and_claim(entries, rules)
+        except (*RETRYABLE_DB_ERRORS, *RETRYABLE_REDIS_ERRORS) as exc:
+            log.debug("validation failed, will retry: %s", exc)
+            return entries, None
+
     def read_new(self, free: int) -> list[Entry]:
         """New entries, high priority first, never more than ``free``; block ≤ 2 s when all are empty."""
         if self._reader_id is None:
@@ -243,10 +257,13 @@ class Collector:
             log.warning("found %d entries pending under this consumer that it did not hold", len(entries))
             await self.dispatch(entries)
 
-    async def dispatch(self, entries: list[Entry]) -> None:
-        """Validate and claim a batch (one transaction), then ack the rest and start the runners."""
+    async def dispatch(self, entries: list[Entry], plan: ClaimPlan | None = None) -> None:
+        """Validate and claim a batch (unless done already), then ack the rest, start the runners."""
         self.book.hold(entries)
-        plan = await self._validate(entries)
+        if plan is None:
+            plan = await self._validate(entries)
+        else:
+            self.db_outage.ok()
         if plan is None:  # stopping during a database outage: the entries stay pending, ours
             self.book.release(len(entries))
             self.book.settle([e.key for e in entries])

@@ -11,7 +11,7 @@ import orjson
 import redis
 import trio
 
-from db.database import RETRYABLE_DB_ERRORS
+from db.database import RETRYABLE_DB_ERRORS, connection, database
 from db.models import CANCELLED, DONE, FAILED, QUEUED, RUNNING, TERMINAL_STATES, Chunk, now_ms
 from db.streams import RETRYABLE_REDIS_ERRORS, AckItem, Streams
 from executor import sql
@@ -24,6 +24,7 @@ log = logging.getLogger("executor.finisher")
 
 CANCEL, HANDBACK, LOST = "cancel", "handback", "lost"  # outcome kinds besides DONE and FAILED
 MAX_BATCH = 500
+LINGER_S = 0.002  # after a wake-up, how long to let a batch's other outcomes arrive (fewer commits)
 
 
 @dataclass
@@ -88,12 +89,22 @@ def _fence(outcomes: Sequence[Outcome]) -> tuple[str, list[object]]:
 
 
 def write_outcomes(outcomes: list[Outcome]) -> list[str | None]:
-    """The terminal writes of a batch, inside one ``unit()``: the status each row now has under
-    this run's attempt (QUEUED for a hand-back), or None where this run lost its task."""
+    """The terminal writes of a batch: the status each row now has under this run's attempt
+    (QUEUED for a hand-back), or None where this run lost its task. Call on one connection;
+    a batch that touches documents (or chunks) is one transaction of its own."""
     live = [o for o in outcomes if o.kind != LOST]
     if not live:
         return [None] * len(outcomes)
     doc_ids = sorted({o.claimed.doc_id for o in live if o.claimed.doc_id})
+    if doc_ids or any(o.kind == CANCEL for o in live):
+        with database.obj.atomic():
+            state = _write(live, doc_ids)
+    else:  # one fenced UPDATE: atomic by itself
+        state = _write(live, doc_ids)
+    return [state.get(o.task_id) if o.kind != LOST else None for o in outcomes]
+
+
+def _write(live: list[Outcome], doc_ids: list[str]) -> dict[str, str | None]:
     lock_documents(doc_ids)
     finals = [o for o in live if o.kind != HANDBACK]
     backs = [o for o in live if o.kind == HANDBACK]
@@ -107,12 +118,12 @@ def write_outcomes(outcomes: list[Outcome]) -> list[str | None]:
             mine = attempt == o.claimed.attempt
             keep = mine and (status in TERMINAL_STATES or (o.kind == HANDBACK and status == QUEUED))
             state[o.task_id] = status if keep else None
-    cancelled = [tid for tid, s in state.items() if s == CANCELLED]
+    cancelled = [tid for tid, st in state.items() if st == CANCELLED]
     if cancelled:  # a cancelled run's chunks go with it
         Chunk.delete().where(Chunk.task_id.in_(cancelled)).execute()
     if doc_ids:
         recompute_documents(doc_ids)
-    return [state.get(o.task_id) if o.kind != LOST else None for o in outcomes]
+    return state
 
 
 @dataclass
@@ -121,8 +132,27 @@ class _Settled:
     status: str
 
 
+@dataclass
+class _Flushed:
+    """What one flush did, reported back to the trio side."""
+
+    states: list[str | None] | None  # per outcome of the batch; None: the database write failed
+    acked: bool  # the acks (and hand-backs, events) went out
+    db_error: BaseException | None = None
+    redis_error: BaseException | None = None
+
+
+# Every event of a batch in one command (PUBLISH each ARGV on the channel KEYS[1]).
+_ANNOUNCE = """
+for i = 1, #ARGV do redis.call('PUBLISH', KEYS[1], ARGV[i]) end
+return #ARGV
+"""
+
+
 class Finisher:
-    """Collects outcomes and plain acks; one loop writes, acks and announces them in batches."""
+    """Collects outcomes and plain acks; one loop writes, acks and announces them in batches:
+    per flush one thread hop does the terminal transaction, then one ack script call, then
+    the events. What the database took but Redis did not is acked on a later flush."""
 
     def __init__(
         self,
@@ -141,9 +171,10 @@ class Finisher:
         self.redis_outage = redis_outage
         self._outcomes: list[Outcome] = []  # to write
         self._acks: list[AckItem] = []  # to ack (written, or never needed a write)
-        self._settled: list[_Settled] = []  # written: ack or hand back, then announce
+        self._settled: list[_Settled] = []  # written: to ack or hand back, then announce
         self._busy = False
         self._wake = trio.Event()
+        self._announce = streams.client.register_script(_ANNOUNCE)
         self.dead_lettered = 0
 
     def submit(self, outcome: Outcome) -> None:
@@ -168,27 +199,47 @@ class Finisher:
             if not self.backlog:
                 await self._wake.wait()
                 self._wake = trio.Event()
+                if len(self._outcomes) < self.book.capacity:
+                    await trio.sleep(LINGER_S)
             self._busy = True
             try:
-                delay = max(await self._write_stage(), await self._ack_stage())
+                delay = await self.flush()
             finally:
                 self._busy = False
             if delay:
                 await trio.sleep(delay)
 
-    async def _write_stage(self) -> float:
-        if not self._outcomes:
-            return 0.0
-        batch = self._outcomes[:MAX_BATCH]
-        try:
-            states = await self.limiters.db(write_outcomes, batch)
-        except RETRYABLE_DB_ERRORS as exc:
-            return self.db_outage.failed(exc)
-        except Exception:
-            log.exception("terminal write failed; trying again")
-            return 1.0
-        self.db_outage.ok()
-        del self._outcomes[: len(batch)]
+    async def flush(self) -> float:
+        """One batch: write, ack, announce; returns how long to back off (0 when all went)."""
+        batch, acks, settled = self._outcomes[:MAX_BATCH], list(self._acks), list(self._settled)
+        done = await trio.to_thread.run_sync(
+            self._flush, batch, acks, settled, limiter=self.limiters.db_limiter
+        )
+        delay = 0.0
+        fresh: list[_Settled] = []
+        if done.db_error is not None:
+            delay = self.db_outage.failed(done.db_error)  # the batch stays, written on a later flush
+        elif batch and done.states is not None:
+            self.db_outage.ok()
+            del self._outcomes[: len(batch)]
+            fresh = self._sort(batch, done.states)
+        if done.acked:
+            self.redis_outage.ok()
+            del self._acks[: len(acks)]
+            del self._settled[: len(settled)]
+            self.dead_lettered += sum(1 for a in acks if a.dead_reason)
+            keys = [(a.stream, a.entry_id) for a in acks] + [
+                s.outcome.claimed.entry.key for s in settled + fresh
+            ]
+            self.book.settle(keys)
+        else:
+            self._settled.extend(fresh)  # written: acked on a later flush
+            if done.redis_error is not None:
+                delay = max(delay, self.redis_outage.failed(done.redis_error))
+        return delay
+
+    def _sort(self, batch: list[Outcome], states: list[str | None]) -> list[_Settled]:
+        fresh = []
         for outcome, status in zip(batch, states, strict=True):
             if status is None:
                 log.info(
@@ -196,30 +247,34 @@ class Finisher:
                 )
                 self.book.settle([outcome.claimed.entry.key])
             else:
-                self._settled.append(_Settled(outcome, status))
-        return 0.0
+                fresh.append(_Settled(outcome, status))
+        return fresh
 
-    async def _ack_stage(self) -> float:
-        if not (self._acks or self._settled):
-            return 0.0
-        acks, settled = list(self._acks), list(self._settled)
+    def _flush(self, batch: list[Outcome], acks: list[AckItem], settled: list[_Settled]) -> _Flushed:
+        """In one thread: the terminal writes, then the acks and events of everything written."""
+        states: list[str | None] | None = []
+        db_error: BaseException | None = None
+        if batch:
+            try:
+                with connection():
+                    states = write_outcomes(batch)
+            except RETRYABLE_DB_ERRORS as exc:
+                states, db_error = None, exc
+        items = settled + [
+            _Settled(o, st) for o, st in zip(batch, states or [], strict=False) if st is not None
+        ]
+        if not (acks or items):
+            return _Flushed(states, True, db_error)
         try:
-            await self.limiters.redis(self._ack_and_announce, acks, settled)
+            self._ack_and_announce(acks, items)
         except RETRYABLE_REDIS_ERRORS as exc:
-            return self.redis_outage.failed(exc)
+            return _Flushed(states, False, db_error, exc)
         except redis.RedisError as exc:
             log.error("ack failed, entries left pending for reclaim: %s", exc)
-        self.redis_outage.ok()
-        del self._acks[: len(acks)]
-        del self._settled[: len(settled)]
-        self.dead_lettered += sum(1 for a in acks if a.dead_reason)
-        self.book.settle(
-            [(a.stream, a.entry_id) for a in acks] + [s.outcome.claimed.entry.key for s in settled]
-        )
-        return 0.0
+        return _Flushed(states, True, db_error)
 
     def _ack_and_announce(self, acks: list[AckItem], settled: list[_Settled]) -> None:
-        """In one thread hop: one ack script call, the hand-backs, then the events (pipelined)."""
+        """One ack script call, the hand-backs, then every event in one command."""
         items = list(acks)
         backs: list[_Settled] = []
         for s in settled:
@@ -228,7 +283,8 @@ class Finisher:
                 backs.append(s)
             else:
                 items.append(AckItem(entry.stream, entry.entry_id, s.outcome.task_id))
-        self.streams.ack(self.consumer, items)
+        if items:
+            self.streams.ack(self.consumer, items)
         for s in backs:
             entry = s.outcome.claimed.entry
             new_id = self.streams.hand_back(
@@ -240,10 +296,7 @@ class Finisher:
             else:
                 log.warning("handed back: row queued, but the entry was no longer ours", extra=extra)
         if settled:
-            pipe = self.streams.client.pipeline(transaction=False)
-            for s in settled:
-                pipe.publish(self.streams.keys.updates, _event(s, self.consumer))
-            pipe.execute()
+            self._announce(keys=[self.streams.keys.updates], args=[_event(s, self.consumer) for s in settled])
 
 
 def _event(s: _Settled, consumer: str) -> bytes:

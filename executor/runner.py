@@ -95,28 +95,29 @@ class Runner:
             outcome: Outcome | None = None
             with run.scope:
                 outcome = await self._run_in_slot(run)
-            if outcome is None:  # our own scope was cancelled: the stop reason says why
-                outcome = self._stopped(run)
+            if outcome is None:  # our own scope was cancelled: a stop request, or the deadline
+                outcome = self._stopped(run) if run.stop_reason else self._timed_out(run)
             self.finisher.submit(outcome)
         finally:
             self.progress.close(tid)
             self.book.finish(tid)
 
     async def _run_in_slot(self, run: Running) -> Outcome:
+        """The handler under the task limiter and the timeout. The timeout is the deadline of
+        the run's own cancel scope (``fail_after`` without a second scope per task): set once
+        the slot is ours, so waiting for a slot does not count."""
         claimed = run.claimed
         async with self.env.limiters.task_limiter:
+            run.scope.deadline = trio.current_time() + self.timeout_s
             self.counters.started += 1
-            began = time.monotonic()
+            run.since = began = time.monotonic()
             self.progress.report(
                 claimed.task_id, None, f"started on {self.env.consumer} (attempt {claimed.attempt})"
             )
-            log.info("task start", extra=claimed.log_extra())
+            if log.isEnabledFor(logging.INFO):
+                log.info("task start", extra=claimed.log_extra())
             try:
-                with trio.fail_after(self.timeout_s):
-                    result = await self._attempts(run)
-            except trio.TooSlowError:
-                self.counters.timed_out += 1
-                return self._failed(run, f"timed out after {self.timeout_s:g} s", began)
+                result = await self._attempts(run)
             except Exception as exc:
                 return self._failed(run, describe(exc), began)
             return self._done(run, result, began)
@@ -162,7 +163,8 @@ class Runner:
         line = result.message or "done"
         self.progress.report(run.claimed.task_id, None, f"{line} ({duration:.2f} s)")
         self.counters.done += 1
-        log.info("task end: done", extra={**run.claimed.log_extra(), "duration_s": round(duration, 3)})
+        if log.isEnabledFor(logging.INFO):
+            log.info("task end: done", extra={**run.claimed.log_extra(), "duration_s": round(duration, 3)})
         outcome = self._outcome(run, DONE, duration, result.chunk_ids)
         outcome.result = dict(result.extra) or None
         return outcome
@@ -175,6 +177,10 @@ class Runner:
             "task end: failed: %s", error, extra={**run.claimed.log_extra(), "duration_s": round(duration, 3)}
         )
         return self._outcome(run, FAILED, duration, [], error=error)
+
+    def _timed_out(self, run: Running) -> Outcome:
+        self.counters.timed_out += 1
+        return self._failed(run, f"timed out after {self.timeout_s:g} s", run.since)
 
     def _stopped(self, run: Running) -> Outcome:
         duration = time.monotonic() - run.since

@@ -19,14 +19,15 @@ async def test_json_logs_are_one_object_a_line_with_executor_and_task_fields(xse
     handler = make_handler(settings, "host_1", out)
     root = logging.getLogger()
     root.addHandler(handler)
-    level, root.level = root.level, logging.INFO
+    level = root.level
+    root.setLevel(logging.INFO)
     try:
         ok, bad = enqueue(streams, [task_spec("noop"), task_spec("fail", error="boom")])
         async with running_daemon(settings, "host_1"):
             await await_until(lambda: row(ok)["status"] == DONE and row(bad)["status"] == FAILED, 10)
     finally:
         root.removeHandler(handler)
-        root.level = level
+        root.setLevel(level)
     records = [orjson.loads(line) for line in out.getvalue().splitlines()]
     assert records and all({"time", "level", "logger", "message", "executor"} <= set(r) for r in records)
     messages = [r["message"] for r in records]
