@@ -51,6 +51,7 @@ class Running:
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     stop_reason: str = ""
     retries: int = 0  # retryable errors tried again in place
+    committed: bool = True  # False while the claim that started it has not committed yet
     since: float = field(default_factory=time.monotonic)
 
 
@@ -101,10 +102,17 @@ class Book:
         while self.reserved > 0 or self.running:
             await self._changed.wait()
 
-    def start(self, claimed: Claimed) -> Running:
-        run = Running(claimed)
+    def start(self, claimed: Claimed, committed: bool = True) -> Running:
+        run = Running(claimed, committed=committed)
         self.running[claimed.task_id] = run
         return run
+
+    def committed(self, claimed: list[Claimed]) -> None:
+        """The claim of these runs is durable now."""
+        for c in claimed:
+            run = self.running.get(c.task_id)
+            if run is not None and run.claimed.attempt == c.attempt:
+                run.committed = True
 
     def finish(self, task_id: str) -> None:
         self.running.pop(task_id, None)

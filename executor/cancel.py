@@ -59,7 +59,8 @@ class CancelWatcher:
                 self.book.stop(tid, STOP_CANCELLED)
 
     async def check_rows(self) -> None:
-        attempts = {tid: run.claimed.attempt for tid, run in self.book.running.items()}
+        # a run whose claim is still committing would read its row as it was before the claim
+        attempts = {tid: run.claimed.attempt for tid, run in self.book.running.items() if run.committed}
         if not attempts:
             return
         try:

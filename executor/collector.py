@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
+import trio
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -16,7 +17,7 @@ from db.config import Settings
 from db.database import RETRYABLE_DB_ERRORS, connection
 from db.keys import Keys
 from db.streams import BLOCK_MS_MAX, RETRYABLE_REDIS_ERRORS, Entry, Streams, decode_entry
-from executor.book import Book, Claimed
+from executor.book import STOP_LOST, Book, Claimed
 from executor.claim import ClaimPlan, ClaimRules, validate_and_claim
 from executor.context import Limiters
 from executor.finisher import Finisher
@@ -24,6 +25,7 @@ from executor.outage import Outage
 
 log = logging.getLogger("executor.collector")
 
+MAX_CLAIMS_IN_FLIGHT = 4  # read-and-claim hops whose commit has not come back yet
 ORPHAN_CHECK_S = 30.0  # also after every Redis outage: entries pending under us that we do not know
 ORPHAN_SCAN_MAX = 1000
 
@@ -93,7 +95,8 @@ class Collector:
         book: Book,
         finisher: Finisher,
         rules: Callable[[], ClaimRules],
-        spawn: Callable[[Claimed], None],
+        spawn: Callable[[Claimed, bool], None],
+        background: Callable[..., None],
         outages: tuple[Outage, Outage],
     ) -> None:
         self.settings = settings
@@ -104,7 +107,9 @@ class Collector:
         self.book = book
         self.finisher = finisher
         self.rules = rules
-        self.spawn = spawn
+        self.spawn = spawn  # (claimed, committed): start a runner
+        self.background = background  # start_soon in the daemon's nursery
+        self._in_flight = trio.Semaphore(MAX_CLAIMS_IN_FLIGHT)
         self.redis_outage, self.db_outage = outages
         self.reader = read_client(settings.redis_url)
         self._own = streams.client.register_script(_OWN_ENTRIES)
@@ -126,9 +131,21 @@ class Collector:
             if self._orphan_check_due():
                 await self.recover_orphans()
                 continue
-            read = await self._redis(self.read_and_claim, free, self.rules())
+            await self._in_flight.acquire()
+            handed = trio.Event()
+            self.background(self._hop, free, handed)
+            await handed.wait()
+        for _ in range(MAX_CLAIMS_IN_FLIGHT):  # every hop has settled
+            await self._in_flight.acquire()
+
+    async def _hop(self, free: int, handed: trio.Event) -> None:
+        try:
+            read = await self._redis(self.read_and_claim, free, self.rules(), handed)
             if read:
-                await self.dispatch(*read)
+                await self._settle(*read)
+        finally:
+            handed.set()
+            self._in_flight.release()
 
     def stop(self) -> None:
         """Stop reading; a blocked read is woken at once (CLIENT UNBLOCK)."""
@@ -166,19 +183,57 @@ class Collector:
         self.streams.ensure_group()
 
     # -- reads (blocking; in a thread) ----------------------------------------------------
-    def read_and_claim(self, free: int, rules: ClaimRules) -> tuple[list[Entry], ClaimPlan | None] | None:
-        """The hot path in one thread hop: read up to ``free`` new entries, then validate and
-        claim them on one database connection. A database failure leaves the plan None (the
-        entries are ours now: the trio side validates them again); a Redis failure raises."""
+    def read_and_claim(
+        self, free: int, rules: ClaimRules, handed: trio.Event
+    ) -> tuple[list[Entry], ClaimPlan | None, str, BaseException | None] | None:
+        """The hot path, in one thread hop: read up to ``free`` new entries; in one transaction
+        validate and claim them; start their runners once the claim UPDATE holds the rows, then
+        COMMIT, so the next read overlaps this commit. Every write of a run is fenced by its
+        claim's attempt: nothing of it lands before that commit (the row locks make it wait),
+        nor at all if the commit fails (the run is then stopped as lost).
+        Returns (entries, plan, state, error); state "committed", "unstarted" (validation
+        failed: the trio side validates again) or "failed" (the commit failed after the start).
+        """
         entries = self.read_new(free)
         if not entries:
             return None
+        plan, started = None, False
         try:
-            with connection():
-                return entries, validate_and_claim(entries, rules)
+            with connection() as db, db.atomic():
+                plan = validate_and_claim(entries, rules)
+                trio.from_thread.run_sync(self._start, entries, plan, handed)
+                started = True
         except (*RETRYABLE_DB_ERRORS, *RETRYABLE_REDIS_ERRORS) as exc:
-            log.debug("validation failed, will retry: %s", exc)
-            return entries, None
+            return entries, plan, "failed" if started else "unstarted", exc
+        return entries, plan, "committed", None
+
+    def _start(self, entries: list[Entry], plan: ClaimPlan, handed: trio.Event) -> None:
+        """In the trio thread, while the claim commits: hold the entries, start the runners."""
+        self.book.hold(entries)
+        self.book.release(len(entries) - len(plan.claimed))
+        for claimed in plan.claimed:
+            self.spawn(claimed, False)
+        handed.set()
+
+    async def _settle(
+        self, entries: list[Entry], plan: ClaimPlan | None, state: str, error: BaseException | None
+    ) -> None:
+        if state == "unstarted":
+            await self.dispatch(entries)
+            return
+        assert plan is not None and (state == "committed" or error is not None)
+        if state == "failed":
+            self.db_outage.failed(error)  # type: ignore[arg-type]
+            log.warning("claim commit failed after its runs started; stopping %d run(s)", len(plan.claimed))
+            for claimed in plan.claimed:  # each lost run gives its entry up when it ends
+                self.book.stop(claimed.task_id, STOP_LOST, claimed.attempt)
+            running = {c.entry.key for c in plan.claimed}
+            self.book.settle([e.key for e in entries if e.key not in running])
+            self._last_orphan_check = 0.0  # the entries are still ours: pick them up again
+            return
+        self.db_outage.ok()
+        self.book.committed(plan.claimed)
+        self._follow_up(plan)
 
     def read_new(self, free: int) -> list[Entry]:
         """New entries, high priority first, never more than ``free``; block ≤ 2 s when all are empty."""
@@ -257,24 +312,25 @@ class Collector:
             log.warning("found %d entries pending under this consumer that it did not hold", len(entries))
             await self.dispatch(entries)
 
-    async def dispatch(self, entries: list[Entry], plan: ClaimPlan | None = None) -> None:
-        """Validate and claim a batch (unless done already), then ack the rest, start the runners."""
+    async def dispatch(self, entries: list[Entry]) -> None:
+        """Validate and claim a batch (one statement each), then ack the rest, start the runners."""
         self.book.hold(entries)
-        if plan is None:
-            plan = await self._validate(entries)
-        else:
-            self.db_outage.ok()
+        plan = await self._validate(entries)
         if plan is None:  # stopping during a database outage: the entries stay pending, ours
             self.book.release(len(entries))
             self.book.settle([e.key for e in entries])
             return
         self.book.release(len(entries) - len(plan.claimed))
+        for claimed in plan.claimed:
+            self.spawn(claimed, True)
+        self._follow_up(plan)
+
+    def _follow_up(self, plan: ClaimPlan) -> None:
+        """Once a batch's claim is committed: its log lines, acks and dead letters."""
         for note in plan.notes:
             getattr(log, note.level)(note.text, extra=note.extra)
         if plan.acks:
             self.finisher.submit_acks(plan.acks)
-        for claimed in plan.claimed:
-            self.spawn(claimed)
 
     async def _validate(self, entries: list[Entry]) -> ClaimPlan | None:
         while True:

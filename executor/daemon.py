@@ -165,6 +165,7 @@ class Daemon:
             self.finisher,
             self._claim_rules,
             self._spawn,
+            self._background,
             (self.redis_outage, self.db_outage),
         )
 
@@ -196,9 +197,12 @@ class Daemon:
         finally:
             collected.set()
 
-    def _spawn(self, claimed: Claimed) -> None:
+    def _spawn(self, claimed: Claimed, committed: bool = True) -> None:
+        self._background(self.runner.run, self.book.start(claimed, committed))
+
+    def _background(self, fn: Any, *args: Any) -> None:
         assert self._nursery is not None
-        self._nursery.start_soon(self.runner.run, self.book.start(claimed))
+        self._nursery.start_soon(fn, *args)
 
     def _on_lost(self, task_id: str, reason: str, attempt: int) -> None:
         self.book.stop(task_id, reason, attempt)
