@@ -25,12 +25,23 @@ MAX_LINE_CHARS = 1000
 MAX_RUNNING_FRACTION = 0.99  # 1.0 means done; a running task stays below it
 
 
+_clock: tuple[int, str] = (0, "")  # the last second formatted (many lines share one)
+
+
+def _now_text() -> str:
+    global _clock
+    second = int(time.time())
+    if second != _clock[0]:
+        _clock = (second, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second)))
+    return _clock[1]
+
+
 def stamp(msg: str) -> str:
     """One progress line: local time, then the message (one line, bounded)."""
     text = " ".join(str(msg).split())
     if len(text) > MAX_LINE_CHARS:
         text = text[:MAX_LINE_CHARS] + "…"
-    return f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}"
+    return f"{_now_text()} {text}"
 
 
 class Lines:
