@@ -136,6 +136,7 @@ class Task(BaseModel):
     handback_count = peewee.IntegerField(default=0)
     retry_count = peewee.IntegerField(default=0)
     digest = peewee.CharField(max_length=32, default="")
+    strike_id = peewee.IntegerField(default=0)  # the strike rule holding this task (status held)
     chunk_ids = LongTextField(default="")  # space-separated
     payload = JSONField(null=True)  # the type's own context (memory / dataflow), re-sent on publish
     result = JSONField(null=True)  # what the handler returned beyond chunks (a debug run's outputs)
@@ -200,6 +201,27 @@ class MemoryMessage(BaseModel):
         indexes = ((("memory_id", "position"), False),)
 
 
+class Strike(BaseModel):
+    """A rule that holds matching tasks instead of running them (``ingest strike``).
+
+    Empty ``task_type`` means every type; empty ``field`` means every task of the type.
+    ``version`` is the rule set's version when this row last changed (mirrored in Redis).
+    """
+
+    id = peewee.AutoField()
+    task_type = peewee.CharField(max_length=32, default="")
+    field = peewee.CharField(max_length=64, default="")
+    op = peewee.CharField(max_length=2, default="")
+    value = peewee.CharField(max_length=255, default="")
+    active = peewee.BooleanField(default=True, index=True)
+    version = peewee.IntegerField(default=0)
+    create_time = peewee.BigIntegerField(default=now_ms)
+    update_time = peewee.BigIntegerField(default=now_ms)
+
+    class Meta:
+        table_name = "strike"
+
+
 class SchemaVersion(BaseModel):
     id = peewee.IntegerField(primary_key=True)
     version = peewee.IntegerField()
@@ -216,5 +238,6 @@ ALL_MODELS: list[type[BaseModel]] = [
     Chunk,
     Dataflow,
     MemoryMessage,
+    Strike,
     SchemaVersion,
 ]
