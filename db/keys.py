@@ -35,6 +35,12 @@ class Keys:
     def dead(self) -> str:
         return f"{self.prefix}:dead"
 
+    @property
+    def dead_replayed(self) -> str:
+        """Hash of dead-letter entry id → when it was replayed (``ingest dead replay``); its
+        fields go with their entries (``ingest dead purge``), like the stream it annotates."""
+        return f"{self.prefix}:dead:replayed"
+
     def executor(self, consumer: str) -> str:
         return f"{self.prefix}:executor:{consumer}"
 

@@ -6,6 +6,10 @@
   and DEL of the published key; optionally XADD the original to the dead-letter stream first.
 - ``hand_back``: only if the entry is still ours, ack and delete it and publish a fresh one.
 - ``renew``: XCLAIM JUSTID (idle 0) of the entries this consumer still owns.
+- ``reclaim``: XAUTOCLAIM (without JUSTID: the delivery count rises) of entries idle too long,
+  with each one's delivery count from XPENDING, in one call.
+- ``remove_consumers``: XGROUP DELCONSUMER, only of consumers with no pending entry and no
+  heartbeat (DELCONSUMER would drop a consumer's pending entries for good).
 
 Messages are JSON in the single field ``message`` (see DESIGN.md, "Stream message").
 """
@@ -119,6 +123,37 @@ return out
 """
 
 
+_RECLAIM = """
+-- KEYS: stream; ARGV: group, consumer, min idle ms, cursor, count
+-- returns {next cursor, {{id, delivery count, fields}, ...}}
+local res = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 'COUNT', ARGV[5])
+local out = {}
+for i, e in ipairs(res[2]) do
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], e[1], e[1], 1)
+  local n = 0
+  if p[1] then n = p[1][4] end
+  out[i] = {e[1], n, e[2] or false}
+end
+return {res[1], out}
+"""
+
+_REMOVE_CONSUMERS = """
+-- KEYS: stream, then one heartbeat key per consumer; ARGV: group, then the consumer names
+local removed = {}
+for i = 2, #KEYS do
+  local name = ARGV[i]
+  if redis.call('EXISTS', KEYS[i]) == 0 then
+    local p = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, name)
+    if #p == 0 then
+      redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], name)
+      removed[#removed + 1] = name
+    end
+  end
+end
+return removed
+"""
+
+
 @dataclass(frozen=True)
 class Entry:
     """One stream entry as read: where it lives, its raw JSON and how often it was delivered."""
@@ -156,6 +191,8 @@ class Streams:
         self._ack = client.register_script(_ACK)
         self._hand_back = client.register_script(_HAND_BACK)
         self._renew = client.register_script(_RENEW)
+        self._reclaim = client.register_script(_RECLAIM)
+        self._remove_consumers = client.register_script(_REMOVE_CONSUMERS)
 
     # -- group -------------------------------------------------------------------------
     def ensure_group(self) -> None:
@@ -230,10 +267,40 @@ class Streams:
             )
         ]
 
+    def reclaim(
+        self, consumer: str, stream: str, min_idle_ms: int, cursor: str, count: int
+    ) -> tuple[str, list[Entry]]:
+        """XAUTOCLAIM up to ``count`` entries of ``stream`` idle at least ``min_idle_ms``, from
+        ``cursor``; returns the next cursor ("0-0" once the pending list is walked) and the
+        entries, each with its delivery count (this claim included) and ``reclaimed`` set."""
+        cursor, found = self._reclaim(
+            keys=[stream], args=[self.keys.group, consumer, min_idle_ms, cursor, count]
+        )
+        entries = [
+            decode_entry(stream, eid, _pairs(fields), deliveries=int(n), reclaimed=True)
+            for eid, n, fields in found
+        ]
+        return str(cursor), entries
+
+    def remove_consumers(self, stream: str, names: Sequence[str]) -> list[str]:
+        """Remove from the group those of ``names`` that have no pending entry on ``stream`` and
+        no heartbeat (checked in the same script); returns the names removed."""
+        if not names:
+            return []
+        return list(
+            self._remove_consumers(
+                keys=[stream, *[self.keys.executor(n) for n in names]], args=[self.keys.group, *names]
+            )
+        )
+
     # -- dead letters --------------------------------------------------------------------
     def dead_letter_raw(self, fields: Mapping[str, Any]) -> str:
         """XADD an entry to the dead-letter stream (used where no stream entry is owned)."""
         return self.client.xadd(self.keys.dead, dict(fields))
+
+
+def _pairs(flat: Sequence[Any] | None) -> dict[str, Any] | None:
+    return dict(zip(flat[::2], flat[1::2], strict=True)) if flat else None
 
 
 def decode_entry(stream: str, entry_id: str, fields: Mapping[str, Any] | None, **kw: Any) -> Entry:

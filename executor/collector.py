@@ -116,6 +116,7 @@ class Collector:
         self._read_new = self.reader.register_script(_READ_NEW)
         self._reader_id: int | None = None
         self.stopping = False
+        self.taken_over = trio.Event()  # set once the start-up takeover is done (the sweeper waits)
         self.reads = 0
         self._last_orphan_check = time.monotonic()
 
@@ -123,7 +124,10 @@ class Collector:
     async def run(self) -> None:
         """Take over own pending entries, then read new ones until asked to stop."""
         await self._redis(self.ensure_group)
-        await self.take_over()
+        try:
+            await self.take_over()
+        finally:
+            self.taken_over.set()
         while not self.stopping:
             free = await self.book.wait_free()
             if not free:
@@ -313,7 +317,12 @@ class Collector:
             await self.dispatch(entries)
 
     async def dispatch(self, entries: list[Entry]) -> None:
-        """Validate and claim a batch (one statement each), then ack the rest, start the runners."""
+        """Validate and claim a batch (one statement each), then ack the rest, start the runners.
+        Entries this executor holds already (found twice, by a sweep and an orphan check) are
+        left to the run that holds them."""
+        entries = [e for e in entries if e.key not in self.book.entries]
+        if not entries:
+            return
         self.book.hold(entries)
         plan = await self._validate(entries)
         if plan is None:  # stopping during a database outage: the entries stay pending, ours

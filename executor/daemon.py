@@ -23,10 +23,14 @@ from executor.collector import Collector
 from executor.context import ExecutorEnv, Limiters
 from executor.finisher import Finisher
 from executor.heartbeat import Heartbeat
+from executor.leases import LeaseKeeper
 from executor.outage import Outage
 from executor.progress import ProgressBook, ProgressFlusher
+from executor.reconciler import Reconciler
+from executor.recycle import Recycler
 from executor.router import Router, build_router
 from executor.runner import Counters, RetryPolicy, Runner
+from executor.sweeper import Sweeper
 
 log = logging.getLogger("executor.daemon")
 
@@ -76,6 +80,7 @@ class Daemon:
         self.draining = False
         self._stop = trio.Event()
         self._grace: trio.CancelScope | None = None
+        self._hurry = False
         self._nursery: trio.Nursery | None = None
         self._heartbeat_claimed = False
 
@@ -84,8 +89,10 @@ class Daemon:
         """Stop reading, let running tasks finish within the grace period, hand back the rest.
         ``hurry`` skips what is left of the grace period."""
         self._stop.set()
-        if hurry and self._grace is not None:
-            self._grace.cancel()
+        if hurry:
+            self._hurry = True
+            if self._grace is not None:
+                self._grace.cancel()
 
     def statistics(self) -> DaemonStatistics:
         c = self.counters
@@ -168,6 +175,29 @@ class Daemon:
             self._background,
             (self.redis_outage, self.db_outage),
         )
+        self._reliability_loops(s)
+
+    def _reliability_loops(self, s: Settings) -> None:
+        """Leases, reclaim sweeps, the reconciler and recycling (started with the other loops)."""
+        self.leases = LeaseKeeper(
+            self.streams,
+            self.consumer,
+            self.book,
+            self.limiters,
+            self.redis_outage,
+            LeaseKeeper.interval_for(s.redelivery_timeout_s),
+        )
+        self.sweeper = Sweeper(
+            s,
+            self.consumer,
+            self.streams,
+            self.book,
+            self.limiters,
+            self.redis_outage,
+            self.collector.dispatch,
+        )
+        self.reconciler = Reconciler(s, self.streams, self.limiters, self.db_outage, self.redis_outage)
+        self.recycler = Recycler(s.max_tasks_per_child, s.max_rss_mb, self.counters, self.request_stop)
 
     async def _until_redis_answers(self, fn: Any, *args: Any) -> None:
         while True:
@@ -188,6 +218,10 @@ class Daemon:
         nursery.start_soon(flusher.run)
         nursery.start_soon(self.finisher.run)
         nursery.start_soon(CancelWatcher(self.book, self.limiters, self.redis, self.keys).run)
+        nursery.start_soon(self.leases.run)
+        nursery.start_soon(self.sweeper.run, self.collector.taken_over)
+        nursery.start_soon(self.reconciler.run)
+        nursery.start_soon(self.recycler.run)
         if signals is not None:
             nursery.start_soon(self._watch_signals, signals)
 
@@ -228,7 +262,7 @@ class Daemon:
         log.info("draining: stop reading, %d task(s) running, grace %g s", len(self.book.running), grace)
         self.collector.stop()
         await collected.wait()
-        with trio.move_on_after(grace) as self._grace:
+        with trio.move_on_after(0 if self._hurry else grace) as self._grace:
             await self.book.wait_idle()
         if self.book.running:
             log.info("grace period over: handing back %d task(s)", len(self.book.running))

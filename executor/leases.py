@@ -1,0 +1,115 @@
+"""Leases: renew the stream entries this executor holds, so no one reclaims a task that still runs.
+
+Every quarter of ``INGEST_REDELIVERY_TIMEOUT_S`` one Lua call (``Streams.renew``: XPENDING owner
+check, then XCLAIM … JUSTID with idle 0) renews every entry the book holds. Per entry:
+
+- renewed: nothing to do;
+- owned by another consumer: it took the entry while this executor stalled and has claimed (or
+  is claiming) the row; this copy of the task is stopped as *lost*: it writes nothing more and
+  acks nothing (``LIFECYCLE.md``, "Leases");
+- gone (Redis lost it): the task runs on and finishes; the row is the truth.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import trio
+
+from db.streams import RETRYABLE_REDIS_ERRORS, Streams
+from executor.book import STOP_LOST, Book
+from executor.context import Limiters
+from executor.outage import Outage
+
+log = logging.getLogger("executor.leases")
+
+RENEWED, TAKEN, GONE = 1, 0, -1
+MIN_INTERVAL_S = 0.05
+
+
+@dataclass(frozen=True)
+class LeaseStatistics:
+    renewals: int  # calls that went through
+    renewed: int  # entries renewed, summed over calls
+    taken: int  # entries found owned by another consumer
+    gone: int  # entries found missing from the stream
+    failed: int  # calls that failed (Redis unreachable)
+
+
+class LeaseKeeper:
+    """Renews the book's entries every ``interval_s``; stops the runs whose entry was taken."""
+
+    def __init__(
+        self,
+        streams: Streams,
+        consumer: str,
+        book: Book,
+        limiters: Limiters,
+        outage: Outage,
+        interval_s: float,
+    ) -> None:
+        self.streams = streams
+        self.consumer = consumer
+        self.book = book
+        self.limiters = limiters
+        self.outage = outage
+        self.interval_s = max(MIN_INTERVAL_S, interval_s)
+        self._gone_seen: set[tuple[str, str]] = set()  # reported once each
+        self._renewals = self._renewed = self._taken = self._gone = self._failed = 0
+
+    @classmethod
+    def interval_for(cls, redelivery_timeout_s: float) -> float:
+        return redelivery_timeout_s / 4
+
+    def statistics(self) -> LeaseStatistics:
+        return LeaseStatistics(self._renewals, self._renewed, self._taken, self._gone, self._failed)
+
+    async def run(self) -> None:
+        while True:
+            await trio.sleep(self.interval_s)
+            await self.renew_once()
+
+    async def renew_once(self) -> dict[tuple[str, str], int]:
+        """One renewal of every entry held now; returns entry → result (empty on failure)."""
+        keys = sorted(self.book.entries)
+        if not keys:
+            self._gone_seen.clear()
+            return {}
+        try:
+            results = await self.limiters.redis(self.streams.renew, self.consumer, keys)
+        except RETRYABLE_REDIS_ERRORS as exc:
+            # Only report the failure: the read loop says when Redis is back (one warning
+            # per outage, however many loops notice it).
+            self._failed += 1
+            self.outage.failed(exc)
+            return {}
+        self._renewals += 1
+        verdict = dict(zip(keys, results, strict=True))
+        self._gone_seen &= set(keys)
+        for key, result in verdict.items():
+            if result == RENEWED:
+                self._renewed += 1
+            elif result == TAKEN:
+                self._taken += 1
+                self._give_up(key)
+            elif key not in self._gone_seen:
+                self._gone += 1
+                self._gone_seen.add(key)
+                log.warning("lease: entry %s of %s is gone from the stream; its task runs on", key[1], key[0])
+        return verdict
+
+    def _give_up(self, key: tuple[str, str]) -> None:
+        """Another consumer owns this entry now: stop our copy; it writes and acks nothing."""
+        for run in list(self.book.running.values()):
+            if run.claimed.entry.key == key:
+                log.warning(
+                    "lease lost: entry %s was taken by another executor; this copy stops and writes nothing",
+                    key[1],
+                    extra=run.claimed.log_extra(),
+                )
+                self.book.stop(run.claimed.task_id, STOP_LOST, run.claimed.attempt)
+                return
+        # Not running (waiting for a slot, or finished and waiting for its ack): no longer ours.
+        # An ack of it would find another owner and change nothing.
+        log.info("lease lost: entry %s was taken by another executor before it ran", key[1])

@@ -1,0 +1,283 @@
+"""Reconciler: rows that should have a stream entry and have none are published again.
+
+Under a short fleet lock (``SET lock:reconcile NX PX``: one pass of the fleet per interval),
+following ``LIFECYCLE.md`` ("Leases, reclaim, hand-back, reconcile"):
+
+- a row ``queued`` whose ``update_time`` is older than ``INGEST_RECONCILE_GRACE_S`` and whose
+  published key is missing (its XADD failed, or Redis lost it) is published again;
+- a row ``running`` as old, whose owner has no heartbeat and whose published key is missing,
+  goes back to ``queued`` (fenced on its attempt) and is published;
+- chunks of ``cancelled`` tasks that no live executor is running are removed;
+- consumers with no pending entry and no heartbeat are removed from the group (one Lua script
+  checks both, ``Streams.remove_consumers``).
+
+Every publish is the guarded one (``Streams.publish_many``), so a task never gets a second live
+entry; the re-publishes are counted in the fleet's stats hash (``ingest status`` shows them).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import redis
+import trio
+
+from db.config import Settings
+from db.database import RETRYABLE_DB_ERRORS, connection, lock_for_update
+from db.models import CANCELLED, QUEUED, RUNNING, Chunk, Task, now_ms
+from db.streams import RETRYABLE_REDIS_ERRORS, Streams
+from executor.context import Limiters
+from executor.outage import Outage
+from executor.progress import append_line
+from ingest.documents import lock_documents, recompute_documents
+from ingest.publish import task_message
+
+log = logging.getLogger("executor.reconciler")
+
+BATCH = 1000  # rows looked at per kind and pass
+MIN_INTERVAL_S = 0.5
+MAX_INTERVAL_S = 60.0
+STAT_REPUBLISHED = "republished"  # every re-publish (queued and re-queued rows)
+STAT_REQUEUED = "requeued_running"  # running rows of dead owners set queued
+_MESSAGE_FIELDS = (
+    Task.id,
+    Task.doc_id,
+    Task.task_type,
+    Task.priority,
+    Task.kb_id,
+    Task.tenant_id,
+    Task.payload,
+)
+
+
+@dataclass(frozen=True)
+class ReconcileReport:
+    republished: list[str] = field(default_factory=list)  # task ids published again
+    requeued: list[str] = field(default_factory=list)  # running rows set queued (then published)
+    chunks_removed: int = 0
+    consumers_removed: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.republished or self.requeued or self.chunks_removed or self.consumers_removed)
+
+
+class Reconciler:
+    """One pass every ``interval_s`` (jittered) when the fleet lock is free."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        streams: Streams,
+        limiters: Limiters,
+        db_outage: Outage,
+        redis_outage: Outage,
+    ) -> None:
+        self.streams = streams
+        self.client: redis.Redis = streams.client
+        self.keys = streams.keys
+        self.limiters = limiters
+        self.db_outage = db_outage
+        self.redis_outage = redis_outage
+        self.grace_ms = int(settings.reconcile_grace_s * 1000)
+        self.interval_s = min(MAX_INTERVAL_S, max(MIN_INTERVAL_S, settings.reconcile_grace_s / 2))
+        self.lease_ms = max(100, int(self.interval_s * 1000))
+        self.passes = 0
+
+    async def run(self) -> None:
+        while True:
+            await trio.sleep(self.interval_s * random.uniform(0.5, 1.5))
+            await self.reconcile_once()
+
+    async def reconcile_once(self) -> ReconcileReport | None:
+        """One pass in a thread; None when another executor holds the lock or a service failed."""
+        try:
+            report = await trio.to_thread.run_sync(self.reconcile, limiter=self.limiters.db_limiter)
+        except RETRYABLE_DB_ERRORS as exc:
+            self.db_outage.failed(exc)
+            return None
+        except RETRYABLE_REDIS_ERRORS as exc:
+            self.redis_outage.failed(exc)
+            return None
+        if report is not None and report.changed:
+            log.warning(
+                "reconciled: %d task(s) published again (%d of them running under a dead owner), "
+                "%d chunk(s) of cancelled tasks removed, %d consumer(s) removed from the group",
+                len(report.republished),
+                len(report.requeued),
+                report.chunks_removed,
+                len(report.consumers_removed),
+                extra={"task_ids": report.republished[:50]},
+            )
+        return report
+
+    # -- blocking (in a thread) -------------------------------------------------------------
+    def reconcile(self, *, force: bool = False) -> ReconcileReport | None:
+        """The pass itself; ``force`` skips the fleet lock (tests, one-off repairs)."""
+        if not force and not self.client.set(
+            self.keys.lock("reconcile"), uuid.uuid4().hex, nx=True, px=self.lease_ms
+        ):
+            return None
+        self.passes += 1
+        cutoff = now_ms() - self.grace_ms
+        queued = self._lost_queued(cutoff)
+        requeued = self._lost_running(cutoff)
+        published = self._publish(queued + requeued)
+        return ReconcileReport(
+            republished=published,
+            requeued=[r["id"] for r in requeued],
+            chunks_removed=self._cancelled_chunks(cutoff),
+            consumers_removed=self._idle_consumers(),
+        )
+
+    def _without_entry(self, ids: Sequence[str]) -> set[str]:
+        """Those of ``ids`` whose published key is missing (no live stream entry)."""
+        pipe = self.client.pipeline(transaction=False)
+        for tid in ids:
+            pipe.exists(self.keys.published(tid))
+        return {tid for tid, n in zip(ids, pipe.execute(), strict=True) if not n}
+
+    def _lost_queued(self, cutoff: int) -> list[dict[str, Any]]:
+        with connection():
+            rows = list(
+                Task.select(*_MESSAGE_FIELDS)
+                .where((Task.status == QUEUED) & (Task.update_time < cutoff))
+                .order_by(Task.update_time)
+                .limit(BATCH)
+                .dicts()
+            )
+        missing = self._without_entry([r["id"] for r in rows])
+        if not missing:
+            return []
+        # Still queued and as old: a row whose entry was claimed, run and acked since the first
+        # look is done now. A queued row without an entry cannot change until it is published.
+        with connection():
+            still = {
+                tid
+                for (tid,) in Task.select(Task.id)
+                .where(Task.id.in_(sorted(missing)) & (Task.status == QUEUED) & (Task.update_time < cutoff))
+                .tuples()
+            }
+        return [r for r in rows if r["id"] in still]
+
+    def _lost_running(self, cutoff: int) -> list[dict[str, Any]]:
+        with connection():
+            rows = list(
+                Task.select(*_MESSAGE_FIELDS, Task.owner, Task.attempt, Task.progress_msg)
+                .where((Task.status == RUNNING) & (Task.update_time < cutoff))
+                .order_by(Task.update_time)
+                .limit(BATCH)
+                .dicts()
+            )
+        if not rows:
+            return []
+        owners = sorted({r["owner"] for r in rows if r["owner"]})
+        beats = self._heartbeats(owners)
+        orphaned = [r for r in rows if beats.get(r["owner"]) is None]
+        missing = self._without_entry([r["id"] for r in orphaned])
+        lost = [r for r in orphaned if r["id"] in missing]
+        if not lost:
+            return []
+        with connection() as db, db.atomic():
+            return self._requeue(lost)
+
+    def _requeue(self, lost: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Running → queued, fenced on the attempt seen; returns the rows that moved."""
+        lock_documents([r["doc_id"] for r in lost if r["doc_id"]])
+        moved = []
+        now = now_ms()
+        for r in lost:
+            why = f"re-queued by the reconciler: owner {r['owner'] or '?'} has no heartbeat and the task no stream entry"
+            matched = (
+                Task.update(
+                    status=QUEUED,
+                    owner="",
+                    progress_msg=append_line(r["progress_msg"] or "", why),
+                    update_time=now,
+                )
+                .where((Task.id == r["id"]) & (Task.status == RUNNING) & (Task.attempt == r["attempt"]))
+                .execute()
+            )
+            if matched:
+                moved.append(r)
+        recompute_documents([r["doc_id"] for r in moved if r["doc_id"]])
+        return moved
+
+    def _publish(self, rows: list[dict[str, Any]]) -> list[str]:
+        if not rows:
+            return []
+        results = self.streams.publish_many([task_message(r) for r in rows])
+        sent = [r["id"] for r, res in zip(rows, results, strict=True) if res is not None]
+        requeued = sum(1 for r, res in zip(rows, results, strict=True) if res is not None and "attempt" in r)
+        if sent:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hincrby(self.keys.stats, STAT_REPUBLISHED, len(sent))
+            if requeued:
+                pipe.hincrby(self.keys.stats, STAT_REQUEUED, requeued)
+            pipe.execute()
+        return sent
+
+    def _heartbeats(self, owners: Sequence[str]) -> dict[str, dict[str, Any] | None]:
+        if not owners:
+            return {}
+        values = self.client.mget([self.keys.executor(o) for o in owners])
+        out: dict[str, dict[str, Any] | None] = {}
+        for owner, raw in zip(owners, values, strict=True):
+            try:
+                beat = orjson.loads(raw) if raw else None
+            except orjson.JSONDecodeError:
+                beat = {}  # unreadable, but there: alive
+            out[owner] = beat if isinstance(beat, dict) or beat is None else {}
+        return out
+
+    def _cancelled_chunks(self, cutoff: int) -> int:
+        """Chunks of cancelled tasks whose owner is not running them (any more)."""
+        with connection():
+            found = list(
+                Task.select(Task.id, Task.owner, Task.doc_id)
+                .where(
+                    (Task.status == CANCELLED)
+                    & (Task.update_time < cutoff)
+                    & Task.id.in_(Chunk.select(Chunk.task_id).distinct())
+                )
+                .limit(BATCH)
+                .tuples()
+            )
+        if not found:
+            return 0
+        beats = self._heartbeats(sorted({owner for _, owner, _ in found if owner}))
+        idle = [
+            (tid, doc)
+            for tid, owner, doc in found
+            if tid not in ((beats.get(owner) or {}).get("running") or [])
+        ]
+        if not idle:
+            return 0
+        with connection() as db, db.atomic():
+            lock_documents([doc for _, doc in idle if doc])
+            still = [
+                tid
+                for (tid,) in lock_for_update(
+                    Task.select(Task.id).where(Task.id.in_([t for t, _ in idle]) & (Task.status == CANCELLED))
+                ).tuples()
+            ]
+            removed = Chunk.delete().where(Chunk.task_id.in_(still)).execute() if still else 0
+            recompute_documents([doc for tid, doc in idle if doc and tid in still])
+        return int(removed)
+
+    def _idle_consumers(self) -> list[str]:
+        removed: list[str] = []
+        for stream in self.keys.queues:
+            try:
+                consumers = self.client.xinfo_consumers(stream, self.keys.group)
+            except redis.ResponseError:  # no stream or group (yet)
+                continue
+            names = [c["name"] for c in consumers if int(c.get("pending") or 0) == 0]
+            removed += self.streams.remove_consumers(stream, names)
+        return sorted(set(removed))
