@@ -33,3 +33,15 @@ def test_sigterm_finishes_short_task_and_hands_long_one_back_to_another_executor
         assert second.stop() == 0
     done = row(long_)
     assert done["owner"] == "host_2" and done["attempt"] == 2 and done["handback_count"] == 1
+
+
+def test_a_second_signal_skips_the_rest_of_the_grace_period(xsettings, streams, db, tmp_path):
+    (tid,) = enqueue(streams, [task_spec("hang")])
+    with ExecutorProcess(xsettings.replace(shutdown_grace_s=60.0), "host_1", tmp_path / "a.log") as proc:
+        proc.wait_ready()
+        wait_until(lambda: row(tid)["status"] == RUNNING, 15)
+        proc.signal(signal.SIGINT)
+        wait_until(lambda: "draining" in proc.log(), 10)
+        proc.signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+    assert row(tid)["status"] == QUEUED and row(tid)["handback_count"] == 1
