@@ -83,6 +83,13 @@ supervise() {
     [ "$stopping" = 1 ] && { log "executor $name stopped (exit $rc)"; break; }
     ran=$(( $(date +%s) - started ))
     [ "$ran" -ge "$HEALTHY_S" ] && backoff=$MIN_S
+    if [ "$rc" = 0 ]; then
+      # A clean exit (recycled after its share of tasks or memory, drained): no crash backoff.
+      backoff=$MIN_S
+      log "executor $name exited cleanly after ${ran}s; starting a fresh one in ${MIN_S}s"
+      sleep "$MIN_S" & wait $! 2>/dev/null
+      continue
+    fi
     log "executor $name exited with status $rc after ${ran}s; restarting in ${backoff}s"
     sleep "$backoff" & wait $! 2>/dev/null
     backoff=$(calc "($backoff * 2 > $MAX_S) ? $MAX_S : $backoff * 2")

@@ -57,6 +57,12 @@ def describe(exc: BaseException) -> str:
     return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + "…"
 
 
+def retryable(exc: BaseException) -> bool:
+    """``ingest.errors.is_retryable``, plus trio's own timeout: a handler's ``fail_after``
+    around a call to a service (the task's deadline is a cancel, never this error)."""
+    return isinstance(exc, trio.TooSlowError) or is_retryable(exc)
+
+
 def unwrap(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
@@ -128,7 +134,7 @@ class Runner:
             try:
                 return await self.router.route(ctx)
             except Exception as exc:
-                if not is_retryable(unwrap(exc)) or run.retries + 1 >= self.policy.max_tries:
+                if not retryable(unwrap(exc)) or run.retries + 1 >= self.policy.max_tries:
                     raise
                 run.retries += 1
                 self.counters.retried += 1

@@ -70,6 +70,7 @@ def redis_summary(settings: Settings) -> dict[str, Any]:
             "dead_letters": int(client.xlen(keys.dead)),
             "executors": executors,
             "stats": stats,
+            "republished": int(stats.get("republished", 0)),  # rows the reconciler published again
         }
     finally:
         client.close()
