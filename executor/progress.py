@@ -128,10 +128,10 @@ def write_progress(items: list[tuple[str, int, float, str]]) -> dict[str, tuple[
     inside ``unit()``. Returns the tasks whose row did not match: id → (status, attempt) or None."""
     ids = [i[0] for i in items]
     biggest = "GREATEST" if is_mysql() else "MAX"
-    fraction, fraction_params = sql.assign("x", ids, [i[2] for i in items])
+    fraction, fraction_params = sql.per_row(ids, [i[2] for i in items])
     count = sql.update_tasks(
         [
-            (f"progress = {biggest}(progress, {fraction.split(' = ', 1)[1]})", fraction_params),
+            (f"progress = {biggest}(progress, {fraction})", fraction_params),
             sql.assign("progress_msg", ids, [i[3] for i in items]),
             sql.assign("update_time", ids, [now_ms()]),
         ],

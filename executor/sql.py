@@ -60,12 +60,18 @@ def to_dict(names: Sequence[str], convert: Sequence[Any], values: Sequence[Any])
     return {n: (c(v) if c is not None else v) for n, c, v in zip(names, convert, values, strict=True)}
 
 
-def assign(column: str, ids: Sequence[str], values: Sequence[Any]) -> tuple[str, list[Any]]:
-    """``column = ?`` when every row takes the same value, else ``column = CASE id … END``."""
+def per_row(ids: Sequence[str], values: Sequence[Any]) -> tuple[str, list[Any]]:
+    """``?`` when every row takes the same value, else ``CASE id WHEN ? THEN ? … END``."""
     first = values[0]
     if all(v == first for v in values):
-        return f"{column} = {param()}", [first]
-    return f"{column} = {case_by_id(len(ids))}", pairs(ids, values)
+        return param(), [first]
+    return case_by_id(len(ids)), pairs(ids, values)
+
+
+def assign(column: str, ids: Sequence[str], values: Sequence[Any]) -> tuple[str, list[Any]]:
+    """``column = <per_row value>``."""
+    expr, params = per_row(ids, values)
+    return f"{column} = {expr}", params
 
 
 def fence(ids: Sequence[str], attempts: Sequence[int], status: str) -> tuple[str, list[Any]]:
