@@ -55,6 +55,7 @@ class LeaseKeeper:
         self.limiters = limiters
         self.outage = outage
         self.interval_s = max(MIN_INTERVAL_S, interval_s)
+        self._gone_once: set[tuple[str, str]] = set()  # found gone by the last renewal
         self._gone_seen: set[tuple[str, str]] = set()  # reported once each
         self._renewals = self._renewed = self._taken = self._gone = self._failed = 0
 
@@ -74,6 +75,7 @@ class LeaseKeeper:
         """One renewal of every entry held now; returns entry → result (empty on failure)."""
         keys = sorted(self.book.entries)
         if not keys:
+            self._gone_once.clear()
             self._gone_seen.clear()
             return {}
         try:
@@ -87,12 +89,17 @@ class LeaseKeeper:
         self._renewals += 1
         verdict = dict(zip(keys, results, strict=True))
         self._gone_seen &= set(keys)
+        gone_before, self._gone_once = self._gone_once, set()
         for key, result in verdict.items():
             if result == RENEWED:
                 self._renewed += 1
             elif result == TAKEN:
                 self._taken += 1
                 self._give_up(key)
+            elif key not in gone_before:
+                # Acked by our finisher while this call ran (it settles the entry just after)?
+                # Only an entry still held and still gone at the next renewal is reported.
+                self._gone_once.add(key)
             elif key not in self._gone_seen:
                 self._gone += 1
                 self._gone_seen.add(key)

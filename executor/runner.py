@@ -7,6 +7,7 @@ import random
 import time
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import trio
 
@@ -14,9 +15,11 @@ from db.models import DONE, FAILED
 from executor.book import STOP_CANCELLED, STOP_HANDBACK, Book, Running
 from executor.context import ExecutorEnv, TaskContext, TaskResult
 from executor.finisher import CANCEL, HANDBACK, LOST, Finisher, Outcome
+from executor.metrics import NO_METRICS
 from executor.progress import ProgressBook
 from executor.router import Router
-from ingest.errors import is_retryable
+from executor.tracing import NO_TRACING
+from ingest.errors import IngestError, is_retryable
 
 log = logging.getLogger("executor.runner")
 
@@ -25,9 +28,10 @@ MAX_ERROR_CHARS = 2000
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Retryable errors are tried again in place: exponential backoff with jitter, capped."""
+    """Retryable errors are tried again in place: exponential backoff with jitter, capped.
+    Eight tries wait 31 to 62 s in all: a database or Redis restart fits in that."""
 
-    max_tries: int = 5
+    max_tries: int = 8
     base_s: float = 0.5
     cap_s: float = 30.0
 
@@ -71,6 +75,9 @@ def unwrap(exc: BaseException) -> BaseException:
 
 class Runner:
     """Runs claimed tasks through the router; every outcome goes to the finisher."""
+
+    metrics: Any = NO_METRICS  # the daemon sets its own
+    tracing: Any = NO_TRACING
 
     def __init__(
         self,
@@ -116,6 +123,7 @@ class Runner:
         async with self.env.limiters.task_limiter:
             run.scope.deadline = trio.current_time() + self.timeout_s
             self.counters.started += 1
+            self.metrics.task_started(claimed.task_type, claimed.entry.entry_id)
             run.since = began = time.monotonic()
             self.progress.report(
                 claimed.task_id, None, f"started on {self.env.consumer} (attempt {claimed.attempt})"
@@ -123,9 +131,12 @@ class Runner:
             if log.isEnabledFor(logging.INFO):
                 log.info("task start", extra=claimed.log_extra())
             try:
-                result = await self._attempts(run)
+                with self.tracing.task(run, self.env.consumer):
+                    result = await self._attempts(run)
             except Exception as exc:
-                return self._failed(run, describe(exc), began)
+                return self._failed(run, describe(exc), began, exc)
+            finally:
+                self.metrics.task_left_slot(claimed.task_type)
             return self._done(run, result, began)
 
     async def _attempts(self, run: Running) -> TaskResult | None:
@@ -138,6 +149,7 @@ class Runner:
                     raise
                 run.retries += 1
                 self.counters.retried += 1
+                self.metrics.task_retried(run.claimed.task_type)
                 delay = self.policy.delay_s(run.retries)
                 tries = f"{run.retries}/{self.policy.max_tries}"
                 line = f"try {tries} failed: {describe(exc)}; retrying in {delay:.2f} s"
@@ -169,23 +181,31 @@ class Runner:
         line = result.message or "done"
         self.progress.report(run.claimed.task_id, None, f"{line} ({duration:.2f} s)")
         self.counters.done += 1
+        self.metrics.task_ended(run.claimed.task_type, DONE, duration)
         if log.isEnabledFor(logging.INFO):
             log.info("task end: done", extra={**run.claimed.log_extra(), "duration_s": round(duration, 3)})
         outcome = self._outcome(run, DONE, duration, result.chunk_ids)
         outcome.result = dict(result.extra) or None
         return outcome
 
-    def _failed(self, run: Running, error: str, began: float) -> Outcome:
+    def _failed(self, run: Running, error: str, began: float, exc: BaseException | None = None) -> Outcome:
         duration = time.monotonic() - began
         self.progress.report(run.claimed.task_id, None, f"failed: {error}")
         self.counters.failed += 1
+        self.metrics.task_ended(run.claimed.task_type, FAILED, duration)
+        # an error of our own kinds says enough; anything else (a bug) comes with its traceback
+        bug = exc if exc is not None and not isinstance(unwrap(exc), IngestError) else None
         log.warning(
-            "task end: failed: %s", error, extra={**run.claimed.log_extra(), "duration_s": round(duration, 3)}
+            "task end: failed: %s",
+            error,
+            extra={**run.claimed.log_extra(), "duration_s": round(duration, 3)},
+            exc_info=bug,
         )
         return self._outcome(run, FAILED, duration, [], error=error)
 
     def _timed_out(self, run: Running) -> Outcome:
         self.counters.timed_out += 1
+        self.metrics.task_timed_out(run.claimed.task_type)
         return self._failed(run, f"timed out after {self.timeout_s:g} s", run.since)
 
     def _stopped(self, run: Running) -> Outcome:
@@ -199,6 +219,7 @@ class Runner:
             self.counters.handed_back += 1
         else:
             self.counters.lost += 1
+        self.metrics.task_ended(run.claimed.task_type, kind, duration)
         log.info(
             "task end: %s",
             reason or "stopped",

@@ -1,0 +1,52 @@
+"""Task types for the reliability tests: each completed run leaves a trace in the database.
+
+``record`` sleeps ``seconds``, then in one transaction writes ``chunks`` chunk rows (ids from
+the task id and position, as the real handlers make them) and a ``completion`` row keyed by
+(task id, attempt): a run that completed twice under one attempt would fail on that key, and
+the completions of a task show every attempt whose handler finished.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from db.database import database
+from db.models import Chunk, now_ms
+from executor.context import TaskContext, TaskResult
+from tests.handlers import EXTRA_HANDLERS as BASE_HANDLERS
+
+CREATE_COMPLETION = (
+    "CREATE TABLE IF NOT EXISTS completion (task_id VARCHAR(64) NOT NULL, attempt INT NOT NULL,"
+    " consumer VARCHAR(255) NOT NULL, at BIGINT NOT NULL, PRIMARY KEY (task_id, attempt))"
+)
+EXTRA_HANDLERS = f"{BASE_HANDLERS},record=tests.reliability.handlers:record"
+
+
+def _complete(ctx: TaskContext, n: int) -> list[str]:
+    rows = [
+        {
+            "id": f"{ctx.task_id[:24]}{i:08d}",
+            "kb_id": ctx.row.get("kb_id") or "",
+            "doc_id": ctx.row.get("doc_id") or "",
+            "task_id": ctx.task_id,
+            "generation": ctx.row.get("generation") or 0,
+            "position": i,
+            "content": f"chunk {i} of {ctx.task_id}",
+            "token_num": 3,
+            "create_time": now_ms(),
+        }
+        for i in range(n)
+    ]
+    if rows:
+        Chunk.insert_many(rows).on_conflict_replace().execute()
+    database.obj.execute_sql(
+        "INSERT INTO completion (task_id, attempt, consumer, at) VALUES (%s, %s, %s, %s)",
+        (ctx.task_id, ctx.attempt, ctx.consumer, now_ms()),
+    )
+    return [r["id"] for r in rows]
+
+
+async def record(ctx: TaskContext) -> TaskResult:
+    await trio.sleep(float(ctx.message.get("seconds", 0.1)))
+    ids = await ctx.limiters.db(_complete, ctx, int(ctx.message.get("chunks", 2)))
+    return TaskResult(message=f"{len(ids)} chunks", chunk_ids=ids)
