@@ -75,6 +75,10 @@ class Settings:
     healthcheck_port: int = field(default=0, metadata={"help": "health check port (0 off)"})
     log_format: str = field(default="plain", metadata={"help": "plain or json"})
     log_level: str = field(default="INFO", metadata={"help": "log level"})
+    tracing: str = field(
+        default="auto",
+        metadata={"help": "OpenTelemetry spans: auto (a configured provider), otlp, console or off"},
+    )
     extra_handlers: str = field(
         default="",
         metadata={"help": "more task types: TYPE=module:function, comma separated"},
@@ -109,6 +113,8 @@ class Settings:
             raise ValueError("max_deliveries must be at least 1")
         if self.log_format not in ("plain", "json"):
             raise ValueError("log_format must be plain or json")
+        if self.tracing not in ("auto", "otlp", "console", "off"):
+            raise ValueError("tracing must be auto, otlp, console or off")
         if self.pages_per_task < 1:
             raise ValueError("pages_per_task must be at least 1")
 

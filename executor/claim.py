@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from db.database import database
+from db.database import database, is_mysql
 from db.keys import PRIORITIES
 from db.models import (
     DEAD,
@@ -21,6 +21,7 @@ from db.models import (
     Document,
     JSONField,
     KnowledgeBase,
+    Strike,
     Task,
     now_ms,
 )
@@ -30,6 +31,7 @@ from executor.book import Claimed
 from executor.progress import append_line
 from ingest.documents import lock_documents, recompute_documents
 from ingest.errors import BadMessage
+from ingest.strikes import Rule, first_match
 
 MAX_MESSAGE_BYTES = 1 << 20  # a message larger than this is junk; its dead letter keeps the head
 MAX_ID_CHARS = 64
@@ -85,10 +87,18 @@ class ClaimPlan:
     claimed: list[Claimed] = field(default_factory=list)
     acks: list[AckItem] = field(default_factory=list)  # plain acks and dead letters
     notes: list[Note] = field(default_factory=list)
+    held: list[str] = field(default_factory=list)  # task types of the tasks a strike held
 
     def ack(self, entry: Entry, task_id: str, why: str, extra: dict[str, Any]) -> None:
         self.acks.append(AckItem(entry.stream, entry.entry_id, task_id))
         self.notes.append(Note("info", f"dropped: {why}", {"task_id": task_id, **extra}))
+
+    def hold(self, entry: Entry, task_id: str, task_type: str, rule: Rule, extra: dict[str, Any]) -> None:
+        self.acks.append(AckItem(entry.stream, entry.entry_id, task_id))
+        self.held.append(task_type)
+        self.notes.append(
+            Note("info", f"held by {rule.describe()}", {"task_id": task_id, "task_type": task_type, **extra})
+        )
 
     def dead(self, entry: Entry, task_id: str, reason: str, deliveries: int = 0) -> None:
         raw = entry.raw or ""
@@ -110,6 +120,7 @@ class ClaimRules:
     max_deliveries: int
     running_ids: Collection[str]  # tasks this process is running now
     live_owners: Callable[[list[str]], set[str]]  # consumers among these whose heartbeat lives
+    strikes: Sequence[Rule] = ()  # active strike rules: a queued task one matches is held
 
 
 def parse_message(raw: str | None) -> dict[str, Any]:
@@ -174,6 +185,7 @@ def validate_and_claim(entries: Sequence[Entry], rules: ClaimRules) -> ClaimPlan
     seen: set[str] = set()
     to_claim: list[tuple[Entry, dict[str, Any], str]] = []
     to_bury: list[tuple[Entry, dict[str, Any], str]] = []
+    to_hold: list[tuple[Entry, dict[str, Any], str, Rule]] = []
     for entry, msg in good:
         tid = msg["id"]
         verdict = _judge(entry, msg, rows.get(tid), rules, live, seen)
@@ -186,9 +198,12 @@ def validate_and_claim(entries: Sequence[Entry], rules: ClaimRules) -> ClaimPlan
             plan.dead(entry, tid, text)
         elif kind == "bury":
             to_bury.append((entry, msg, text))
+        elif rules.strikes and (rule := _stricken(rules.strikes, text, msg, rows[tid])):
+            to_hold.append((entry, msg, text, rule))
         else:
             to_claim.append((entry, msg, text))
     _bury(to_bury, rows, plan)
+    to_claim += _hold(to_hold, rows, plan)
     _claim(to_claim, rows, rules.consumer, plan)
     return plan
 
@@ -222,7 +237,6 @@ def _judge(
     task_type = msg.get("task_type") or DEFAULT_TASK_TYPE
     if task_type not in rules.task_types:
         return "bury", f"unknown task_type {task_type!r}"
-    # Strike rules (held tasks) plug in here: UPDATE … SET status='held' … and ack.
     return "claim", task_type
 
 
@@ -264,6 +278,55 @@ def _bury_rows(items: list[tuple[Entry, dict[str, Any], str]], rows: dict[str, A
         ).execute()
         plan.dead(entry, row["id"], reason, max(entry.deliveries, int(row.get("handback_count") or 0)))
     recompute_documents(doc_ids)
+
+
+def _stricken(strikes: Sequence[Rule], task_type: str, msg: dict[str, Any], found: Any) -> Rule | None:
+    """The first active rule matching a queued task (a running row, come by reclaim, runs on)."""
+    row, doc, _ = found
+    return first_match(strikes, task_type, row, doc, msg) if row["status"] == QUEUED else None
+
+
+def _hold(
+    items: list[tuple[Entry, dict[str, Any], str, Rule]], rows: dict[str, Any], plan: ClaimPlan
+) -> list[tuple[Entry, dict[str, Any], str]]:
+    """Rows a strike matches → ``held`` with the rule on the row, and their entries acked; only
+    from ``queued`` and only while the rule is still active (read with a shared lock, so a
+    restore's deactivation waits for this transaction, or this sees it). Returns the items to
+    claim instead (the rule was lifted meanwhile)."""
+    if not items:
+        return []
+    leftover: list[tuple[Entry, dict[str, Any], str]] = []
+    with database.obj.atomic():
+        ids = sorted({rule.id for _, _, _, rule in items})
+        lock = " LOCK IN SHARE MODE" if is_mysql() else ""
+        active = {
+            int(r[0])
+            for r in sql.execute(
+                f"SELECT id FROM {Strike._meta.table_name} WHERE id IN ({sql.marks(len(ids))})"
+                f" AND active = {sql.param()}{lock}",
+                [*ids, True],
+            ).fetchall()
+        }
+        now = now_ms()
+        for entry, msg, task_type, rule in items:
+            row = rows[msg["id"]][0]
+            held = (
+                rule.id in active
+                and Task.update(
+                    status=HELD,
+                    owner="",
+                    strike_id=rule.id,
+                    progress_msg=append_line(row.get("progress_msg") or "", f"held by {rule.describe()}"),
+                    update_time=now,
+                )
+                .where((Task.id == row["id"]) & (Task.status == QUEUED) & (Task.attempt == row["attempt"]))
+                .execute()
+            )
+            if held:
+                plan.hold(entry, row["id"], task_type, rule, {"doc_id": row.get("doc_id") or ""})
+            else:
+                leftover.append((entry, msg, task_type))
+    return leftover
 
 
 def _claim(

@@ -21,6 +21,7 @@ from executor.book import STOP_LOST, Book, Claimed
 from executor.claim import ClaimPlan, ClaimRules, validate_and_claim
 from executor.context import Limiters
 from executor.finisher import Finisher
+from executor.metrics import NO_METRICS
 from executor.outage import Outage
 
 log = logging.getLogger("executor.collector")
@@ -85,6 +86,8 @@ def _entries(resp: Any, **kw: Any) -> list[Entry]:
 
 class Collector:
     """The read loop; every batch it reads is validated, claimed and handed to runners."""
+
+    metrics: Any = NO_METRICS  # the daemon sets its own
 
     def __init__(
         self,
@@ -338,6 +341,8 @@ class Collector:
         """Once a batch's claim is committed: its log lines, acks and dead letters."""
         for note in plan.notes:
             getattr(log, note.level)(note.text, extra=note.extra)
+        if plan.held:
+            self.metrics.tasks_stricken(plan.held)
         if plan.acks:
             self.finisher.submit_acks(plan.acks)
 

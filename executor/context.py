@@ -100,3 +100,4 @@ class ExecutorEnv:
     redis: redis.Redis
     keys: Keys
     resources: dict[str, Any] = field(default_factory=dict)  # shared objects (e.g. the embedder)
+    metrics: Any = None  # executor.metrics.Metrics, or None (handlers record through it if set)

@@ -22,15 +22,20 @@ from executor.claim import ClaimRules
 from executor.collector import Collector
 from executor.context import ExecutorEnv, Limiters
 from executor.finisher import Finisher
+from executor.health import Health
 from executor.heartbeat import Heartbeat
 from executor.leases import LeaseKeeper
+from executor.metrics import for_settings as metrics_for
 from executor.outage import Outage
 from executor.progress import ProgressBook, ProgressFlusher
 from executor.reconciler import Reconciler
 from executor.recycle import Recycler
 from executor.router import Router, build_router
 from executor.runner import Counters, RetryPolicy, Runner
+from executor.strikes import StrikeBook
 from executor.sweeper import Sweeper
+from executor.tracing import Tracing
+from executor.tracing import for_settings as tracing_for
 
 log = logging.getLogger("executor.daemon")
 
@@ -65,6 +70,7 @@ class Daemon:
         *,
         handle_signals: bool = False,
         retry_policy: RetryPolicy | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.settings = settings
         self.consumer = consumer
@@ -77,6 +83,11 @@ class Daemon:
         self.counters = Counters()
         self.redis_outage = Outage("redis")
         self.db_outage = Outage("database")
+        self.metrics = metrics_for(settings.metrics_port, consumer)
+        self.redis_outage.on_failure = self.metrics.redis_disruption
+        self.db_outage.on_failure = self.metrics.db_disruption
+        self.tracing = tracing or tracing_for(settings.tracing)
+        self.health = Health(consumer, settings.redis_url, settings.db_url)
         self.draining = False
         self._stop = trio.Event()
         self._grace: trio.CancelScope | None = None
@@ -120,6 +131,7 @@ class Daemon:
             "draining": self.draining,
             "task_types": self.router.task_types if hasattr(self, "router") else [],
             "max_concurrent_tasks": self.settings.max_concurrent_tasks,
+            "health": self.health.summary(),
         }
 
     # -- run -----------------------------------------------------------------------------------
@@ -147,12 +159,15 @@ class Daemon:
 
     async def _setup(self) -> None:
         s = self.settings
+        self._serve()
         self.limiters = Limiters.for_settings(s)
         await trio.to_thread.run_sync(init_database, s.db_url)
         self.redis = connect(s.redis_url)
         self.streams = Streams(self.redis, self.keys)
-        self.env = ExecutorEnv(s, self.limiters, self.consumer, self.redis, self.keys)
+        metrics = self.metrics if self.metrics.enabled else None
+        self.env = ExecutorEnv(s, self.limiters, self.consumer, self.redis, self.keys, metrics=metrics)
         self.router: Router = build_router(self.env, s.extra_handlers)
+        self.metrics.declare(self.router.task_types)
         self.heartbeat = Heartbeat(self.redis, self.keys, self.consumer, s, self.instance)
         await self._until_redis_answers(self.heartbeat.claim_name, self.figures())
         self._heartbeat_claimed = True
@@ -175,7 +190,21 @@ class Daemon:
             self._background,
             (self.redis_outage, self.db_outage),
         )
+        self.finisher.metrics = self.collector.metrics = self.runner.metrics = self.metrics
+        self.runner.tracing = self.tracing
         self._reliability_loops(s)
+        self.strikes = StrikeBook(
+            self.redis, self.keys, self.limiters, (self.redis_outage, self.db_outage), self.metrics.strikes
+        )
+        await self.strikes.start()  # before the first read
+
+    def _serve(self) -> None:
+        """The health probes, and the metrics and health endpoints where their ports are set."""
+        self.health.start_probes()
+        if self.settings.metrics_port:
+            self.metrics.serve(self.settings.metrics_port)
+        if self.settings.healthcheck_port:
+            self.health.serve(self.settings.healthcheck_port)
 
     def _reliability_loops(self, s: Settings) -> None:
         """Leases, reclaim sweeps, the reconciler and recycling (started with the other loops)."""
@@ -222,6 +251,9 @@ class Daemon:
         nursery.start_soon(self.sweeper.run, self.collector.taken_over)
         nursery.start_soon(self.reconciler.run)
         nursery.start_soon(self.recycler.run)
+        nursery.start_soon(self.health.ticker)
+        nursery.start_soon(self.strikes.run)
+        nursery.start_soon(self.metrics.refresh, self.limiters, self.redis, self.keys)
         if signals is not None:
             nursery.start_soon(self._watch_signals, signals)
 
@@ -248,6 +280,7 @@ class Daemon:
             max_deliveries=self.settings.max_deliveries,
             running_ids=frozenset(self.book.running),
             live_owners=self._live_owners,
+            strikes=self.strikes.rules,
         )
 
     def _live_owners(self, owners: list[str]) -> set[str]:
@@ -257,7 +290,7 @@ class Daemon:
 
     # -- shutdown ----------------------------------------------------------------------------------
     async def _shutdown(self, collected: trio.Event) -> None:
-        self.draining = True
+        self.draining = self.health.draining = True
         grace = self.settings.shutdown_grace_s
         log.info("draining: stop reading, %d task(s) running, grace %g s", len(self.book.running), grace)
         self.collector.stop()
@@ -305,3 +338,5 @@ class Daemon:
             self.collector.close()
         if hasattr(self, "redis"):
             self.redis.close()
+        self.metrics.close()
+        self.health.close()

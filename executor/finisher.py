@@ -17,6 +17,7 @@ from db.streams import RETRYABLE_REDIS_ERRORS, AckItem, Streams
 from executor import sql
 from executor.book import Book, Claimed
 from executor.context import Limiters
+from executor.metrics import NO_METRICS
 from executor.outage import Outage
 from ingest.documents import lock_documents, recompute_documents
 
@@ -154,6 +155,8 @@ class Finisher:
     per flush one thread hop does the terminal transaction, then one ack script call, then
     the events. What the database took but Redis did not is acked on a later flush."""
 
+    metrics: Any = NO_METRICS  # the daemon sets its own
+
     def __init__(
         self,
         streams: Streams,
@@ -227,7 +230,10 @@ class Finisher:
             self.redis_outage.ok()
             del self._acks[: len(acks)]
             del self._settled[: len(settled)]
-            self.dead_lettered += sum(1 for a in acks if a.dead_reason)
+            for a in acks:
+                if a.dead_reason:
+                    self.dead_lettered += 1
+                    self.metrics.dead_lettered(_task_type_of(a.raw))
             keys = [(a.stream, a.entry_id) for a in acks] + [
                 s.outcome.claimed.entry.key for s in settled + fresh
             ]
@@ -297,6 +303,16 @@ class Finisher:
                 log.warning("handed back: row queued, but the entry was no longer ours", extra=extra)
         if settled:
             self._announce(keys=[self.streams.keys.updates], args=[_event(s, self.consumer) for s in settled])
+
+
+def _task_type_of(raw: str) -> str:
+    """A dead letter's task type for its counter: the message's, or "unknown" if it has none."""
+    try:
+        msg = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return "unknown"
+    task_type = msg.get("task_type", "parse") if isinstance(msg, dict) else None
+    return task_type if isinstance(task_type, str) and 0 < len(task_type) <= 32 else "unknown"
 
 
 def _event(s: _Settled, consumer: str) -> bytes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Callable
 
 import trio
 
@@ -21,6 +22,7 @@ class Outage:
         self.failures = 0  # failed calls in the current outage
         self.outages = 0  # outages seen since start
         self._began = 0.0
+        self.on_failure: Callable[[], None] | None = None  # e.g. a disruption counter of the metrics
 
     @property
     def active(self) -> bool:
@@ -28,6 +30,8 @@ class Outage:
 
     def failed(self, exc: BaseException) -> float:
         """Record a failed call; returns how long the caller should back off."""
+        if self.on_failure is not None:
+            self.on_failure()
         if self.failures == 0:
             self._began = time.monotonic()
             self.outages += 1

@@ -154,12 +154,14 @@ class EmbeddingService:
         *,
         loader: Callable[[str], Embedder] = load_embedder,
         window_batches: int = WINDOW_BATCHES,
+        on_encoded: Callable[[int], None] | None = None,
     ) -> None:
         self.model = model
         self.batch_size = max(1, batch_size)
         self.window = self.batch_size * max(1, window_batches)
         self._limiter = limiter
         self._loader = loader
+        self._on_encoded = on_encoded  # called with the number of texts of each encode call
         self._embedder: Embedder | None = None
         self._pending: deque[_Request] = deque()
         self._wakeup = trio.Event()
@@ -266,6 +268,8 @@ class EmbeddingService:
             return
         self._encode_calls += 1
         self._texts += len(texts)
+        if self._on_encoded is not None:
+            self._on_encoded(len(texts))
         self._largest = max(self._largest, len(texts))
         if len({id(request) for request, _, _ in batch}) > 1:
             self._shared += 1

@@ -18,7 +18,10 @@ def shared_embedding_service(env: ExecutorEnv) -> EmbeddingService:
     service = env.resources.get(EMBEDDING_SERVICE)
     if service is None:
         service = EmbeddingService(
-            env.settings.embedding_model, env.settings.embedding_batch, env.limiters.embed_limiter
+            env.settings.embedding_model,
+            env.settings.embedding_batch,
+            env.limiters.embed_limiter,
+            on_encoded=env.metrics.embedded if env.metrics is not None else None,
         )
         env.resources[EMBEDDING_SERVICE] = service
     return service

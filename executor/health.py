@@ -1,0 +1,283 @@
+"""The health check: 200 only when this executor can really work, served from a thread.
+
+``GET /`` on ``INGEST_HEALTHCHECK_PORT`` answers 200 with a JSON body when all of these hold,
+otherwise 503 with the reasons in the body:
+
+- the event loop ticked within the last :data:`LOOP_STALE_S` seconds (a task that blocks the
+  loop, or a wedged loop, shows here: the endpoint runs in a thread of its own, not on the loop);
+- Redis answered ``PING`` and the database answered ``SELECT 1`` within :data:`DEADLINE_S`, on
+  the latest probe (each service is probed about every second by a thread of its own, on a
+  connection of its own; the endpoint only reads the cached results, so it is cheap);
+- the executor is not draining.
+
+The same verdict goes into the heartbeat (``health``), so ``ingest fleet`` shows it per executor.
+``python -m executor.health`` checks every executor of this host (the compose health check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import sqlite3
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import orjson
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from db.database import DbUrl
+
+log = logging.getLogger("executor.health")
+
+LOOP_STALE_S = 5.0  # the event loop must have ticked this recently
+TICK_S = 0.5  # how often the loop ticks
+PROBE_S = 1.0  # how often each service is probed
+DEADLINE_S = 2.0  # a probe that takes longer is a failure
+
+
+@dataclass
+class ProbeState:
+    """One service's latest probe, written by its probe thread, read by anyone."""
+
+    ok: bool = False
+    error: str = "not checked yet"
+    latency_ms: float = 0.0
+    checked_at: float = 0.0  # monotonic time the latest probe ended
+    started_at: float = 0.0  # monotonic time the probe in flight began (0: none)
+
+    def verdict(self, now: float, service: str) -> tuple[bool, str]:
+        if self.started_at and now - self.started_at > DEADLINE_S:
+            return False, f"{service}: no answer for {now - self.started_at:.1f} s"
+        if not self.ok:
+            return False, f"{service}: {self.error}"
+        if now - self.checked_at > PROBE_S + 2 * DEADLINE_S:
+            return False, f"{service}: last answer {now - self.checked_at:.1f} s ago"
+        return True, ""
+
+
+def redis_pinger(url: str) -> Callable[[], None]:
+    client = redis.Redis.from_url(
+        url, socket_timeout=DEADLINE_S, socket_connect_timeout=DEADLINE_S, retry=Retry(NoBackoff(), 0)
+    )
+
+    def ping() -> None:
+        client.ping()
+
+    return ping
+
+
+def db_pinger(url: str) -> Callable[[], None]:
+    """``SELECT 1`` on a connection of the probe's own, opened again after any failure."""
+    parsed = DbUrl.parse(url)
+    conn: Any = None
+
+    def connect() -> Any:
+        if parsed.kind == "sqlite":
+            return sqlite3.connect(parsed.name, timeout=DEADLINE_S, check_same_thread=False)
+        import pymysql
+
+        return pymysql.connect(
+            host=parsed.host,
+            port=parsed.port,
+            user=parsed.user,
+            password=parsed.password,
+            database=parsed.name,
+            connect_timeout=DEADLINE_S,
+            read_timeout=DEADLINE_S,
+            write_timeout=DEADLINE_S,
+        )
+
+    def ping() -> None:
+        nonlocal conn
+        try:
+            if conn is None:
+                conn = connect()
+            cur = conn.cursor()
+            cur.execute("SELECT 1")
+            cur.fetchall()
+            cur.close()
+        except Exception:
+            if conn is not None:
+                with contextlib.suppress(Exception):  # a broken connection may fail to close
+                    conn.close()
+            conn = None
+            raise
+
+    return ping
+
+
+def _short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) < 200 else text[:200] + "…"
+
+
+class Health:
+    """The loop tick, the probes and the verdict; :meth:`serve` answers ``GET /`` from a thread."""
+
+    def __init__(self, consumer: str, redis_url: str, db_url: str) -> None:
+        self.consumer = consumer
+        self.draining = False
+        self.loop_tick = time.monotonic()
+        self.probes = {"redis": ProbeState(), "database": ProbeState()}
+        self._pingers = {"redis": redis_pinger(redis_url), "database": db_pinger(db_url)}
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._server: ThreadingHTTPServer | None = None
+
+    # -- the loop's side ------------------------------------------------------------------
+    def tick(self) -> None:
+        self.loop_tick = time.monotonic()
+
+    async def ticker(self) -> None:
+        """Runs on the event loop: proves, every :data:`TICK_S`, that the loop turns."""
+        import trio
+
+        while True:
+            self.tick()
+            await trio.sleep(TICK_S)
+
+    # -- probes --------------------------------------------------------------------------
+    def start_probes(self) -> None:
+        for service in self.probes:
+            thread = threading.Thread(
+                target=self._probe_loop, args=(service,), name=f"health-{service}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+
+    def _probe_loop(self, service: str) -> None:
+        state, ping = self.probes[service], self._pingers[service]
+        while not self._stop.is_set():
+            began = time.monotonic()
+            state.started_at = began
+            try:
+                ping()
+            except Exception as exc:  # noqa: BLE001 - every failure is a verdict, never a crash
+                state.ok, state.error = False, _short(exc)
+            else:
+                state.ok, state.error = True, ""
+            ended = time.monotonic()
+            state.latency_ms = round((ended - began) * 1000, 2)
+            state.checked_at, state.started_at = ended, 0.0
+            self._stop.wait(max(0.0, PROBE_S - (ended - began)))
+
+    # -- the verdict -----------------------------------------------------------------------
+    def verdict(self) -> tuple[bool, dict[str, Any]]:
+        now = time.monotonic()
+        reasons: list[str] = []
+        age = now - self.loop_tick
+        checks: dict[str, Any] = {"loop": {"ok": age <= LOOP_STALE_S, "last_tick_s": round(age, 3)}}
+        if age > LOOP_STALE_S:
+            reasons.append(f"event loop: no tick for {age:.1f} s")
+        for service, state in self.probes.items():
+            ok, why = state.verdict(now, service)
+            checks[service] = {"ok": ok, "latency_ms": state.latency_ms, **({"error": why} if why else {})}
+            if not ok:
+                reasons.append(why)
+        if self.draining:
+            reasons.append("draining")
+        healthy = not reasons
+        body = {
+            "status": "ok" if healthy else "unhealthy",
+            "executor": self.consumer,
+            "draining": self.draining,
+            "checks": checks,
+            "reasons": reasons,
+        }
+        return healthy, body
+
+    def summary(self) -> dict[str, Any]:
+        """The heartbeat's ``health`` field."""
+        healthy, body = self.verdict()
+        return {"ok": healthy, "reasons": body["reasons"]}
+
+    # -- serving ----------------------------------------------------------------------------
+    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+        health = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                if self.path.split("?", 1)[0] not in ("/", "/health", "/healthz"):
+                    self._reply(404, {"error": "not found: GET / for the health check"})
+                    return
+                healthy, body = health.verdict()
+                self._reply(200 if healthy else 503, body)
+
+            def _reply(self, code: int, body: dict[str, Any]) -> None:
+                data = orjson.dumps(body)
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                pass  # a probe every few seconds is not worth a log line
+
+        server = ThreadingHTTPServer((addr, port), Handler)
+        server.daemon_threads = True
+        self._server = server
+        thread = threading.Thread(target=server.serve_forever, name="health-http", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+        log.info("health check on http://%s:%d/", addr, port)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+# -- the container's health check: every executor of this host ---------------------------------
+
+
+def check(port: int, timeout_s: float = 3.0) -> tuple[bool, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=timeout_s) as resp:
+            return resp.status == 200, resp.read().decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return False, exc.read().decode(errors="replace")
+    except OSError as exc:
+        return False, f"no answer on port {port}: {exc}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m executor.health",
+        description="Exit 0 when every executor of this host answers its health check with 200: "
+        "ports base .. base + workers - 1 (what entrypoint.sh gives executors 0 .. workers - 1).",
+    )
+    parser.add_argument("--port", type=int, default=None, help="base port [env INGEST_HEALTHCHECK_PORT]")
+    parser.add_argument(
+        "--workers", type=int, default=None, help="executors on this host [env WS, default 1]"
+    )
+    args = parser.parse_args(argv)
+    base = args.port if args.port is not None else int(os.environ.get("INGEST_HEALTHCHECK_PORT") or 0)
+    workers = args.workers if args.workers is not None else int(os.environ.get("WS") or 1)
+    if not base:
+        print("health: no port (set INGEST_HEALTHCHECK_PORT or --port)", file=sys.stderr)
+        return 2
+    healthy = True
+    for n in range(workers):
+        ok, body = check(base + n)
+        healthy &= ok
+        if not ok:
+            print(f"executor on port {base + n}: {body}", file=sys.stderr)
+    return 0 if healthy else 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,297 @@
+"""Prometheus metrics of one executor process: its own registry, served on ``INGEST_METRICS_PORT``.
+
+Counters (exposed with ``_total``), labelled ``executor`` and ``task_type``:
+``ingest_tasks_started`` (a slot taken), ``_succeeded``, ``_failed`` (timeouts included),
+``_retried`` (each retry in place), ``_dead_lettered``, ``_stricken`` (held by a strike),
+``_cancelled``, ``_timed_out``, ``_handed_back``. Histograms ``ingest_task_duration_seconds``
+and ``ingest_task_start_latency_seconds`` (publish time, read from the stream entry's id, to the
+start). Gauges ``ingest_tasks_running``; fleet-wide figures each executor reports as it sees
+them, refreshed off the hot path every few seconds in one pipelined call: ``ingest_queue_depth``
+(entries in the stream: waiting or pending) and ``ingest_pending`` (read, not yet acked) per
+``priority``, ``ingest_dead_letters``; ``ingest_strikes_in_effect``. Counters
+``ingest_redis_disruptions`` and ``ingest_db_disruptions`` (failed calls that were then
+retried), ``ingest_chunks_embedded``; histogram ``ingest_embed_batch_size``.
+Never a task id as a label.
+
+With the port at 0 the daemon uses :data:`NO_METRICS`, whose methods do nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import trio
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from db.keys import Keys
+
+log = logging.getLogger("executor.metrics")
+
+REFRESH_S = 5.0
+DURATION_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 10800)
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+COUNTERS = (
+    ("started", "Tasks that began running (a slot taken)"),
+    ("succeeded", "Tasks whose handler returned"),
+    ("failed", "Tasks that failed (their handler raised, or they timed out)"),
+    ("retried", "Retries in place after a retryable error"),
+    ("dead_lettered", "Messages moved to the dead-letter stream"),
+    ("stricken", "Tasks held by a strike rule instead of run"),
+    ("cancelled", "Running tasks stopped by a cancel request"),
+    ("timed_out", "Tasks that ran past the task timeout (also counted as failed)"),
+    ("handed_back", "Running tasks handed back to their stream at shutdown"),
+)
+OUTCOME_COUNTER = {
+    "done": "succeeded",
+    "failed": "failed",
+    "cancel": "cancelled",
+    "handback": "handed_back",
+}  # finisher outcome kinds; "lost" counts nowhere
+
+
+def entry_time_s(entry_id: str) -> float | None:
+    """The time a stream entry was added (its id's milliseconds), in seconds since the epoch."""
+    head = entry_id.partition("-")[0]
+    return int(head) / 1000.0 if head.isdigit() else None
+
+
+@dataclass(slots=True)
+class _TypeSeries:
+    """The children of every per-task-type series (``labels()`` once, not per task)."""
+
+    counters: dict[str, Any]
+    duration: Any
+    latency: Any
+    running: Any
+
+
+class Metrics:
+    """This executor's series in a registry of its own; cheap to update from the trio thread."""
+
+    enabled = True
+
+    def __init__(self, consumer: str) -> None:
+        self.consumer = consumer
+        self.registry = CollectorRegistry()
+        r, by_type = self.registry, ("executor", "task_type")
+        self._counters = {
+            name: Counter(f"ingest_tasks_{name}", text, by_type, registry=r) for name, text in COUNTERS
+        }
+        self._duration = Histogram(
+            "ingest_task_duration_seconds",
+            "Time from a task's start to its end",
+            by_type,
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self._latency = Histogram(
+            "ingest_task_start_latency_seconds",
+            "Time from a task's publish (its stream entry) to its start",
+            by_type,
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self._running = Gauge("ingest_tasks_running", "Tasks running now", by_type, registry=r)
+        by_prio = ("executor", "priority")
+        self.queue_depth = Gauge(
+            "ingest_queue_depth", "Entries in a priority stream (waiting or pending)", by_prio, registry=r
+        )
+        self.pending = Gauge(
+            "ingest_pending", "Entries of a priority stream read and not yet acked", by_prio, registry=r
+        )
+        mine = ("executor",)
+        self.dead_letters = Gauge(
+            "ingest_dead_letters", "Entries in the dead-letter stream", mine, registry=r
+        ).labels(consumer)
+        self.strikes_in_effect = Gauge(
+            "ingest_strikes_in_effect", "Active strike rules this executor applies", mine, registry=r
+        ).labels(consumer)
+        self.redis_disruptions = Counter(
+            "ingest_redis_disruptions", "Redis calls that failed and were retried", mine, registry=r
+        ).labels(consumer)
+        self.db_disruptions = Counter(
+            "ingest_db_disruptions", "Database calls that failed and were retried", mine, registry=r
+        ).labels(consumer)
+        self.chunks_embedded = Counter(
+            "ingest_chunks_embedded", "Chunks (texts) embedded", mine, registry=r
+        ).labels(consumer)
+        self.embed_batch = Histogram(
+            "ingest_embed_batch_size", "Texts per embedding call", mine, buckets=BATCH_BUCKETS, registry=r
+        ).labels(consumer)
+        self._types: dict[str, _TypeSeries] = {}
+        self._server: Any = None
+        self._thread: Any = None
+
+    # -- series per task type -----------------------------------------------------------------
+    def _of(self, task_type: str) -> _TypeSeries:
+        series = self._types.get(task_type)
+        if series is None:
+            labels = (self.consumer, task_type)
+            series = _TypeSeries(
+                {name: c.labels(*labels) for name, c in self._counters.items()},
+                self._duration.labels(*labels),
+                self._latency.labels(*labels),
+                self._running.labels(*labels),
+            )
+            self._types[task_type] = series
+        return series
+
+    def declare(self, task_types: list[str]) -> None:
+        """Create every task type's series at 0, so rates start from the first scrape."""
+        for task_type in task_types:
+            self._of(task_type)
+
+    # -- events (the trio thread; a worker thread is fine too) ---------------------------------
+    def task_started(self, task_type: str, entry_id: str) -> None:
+        s = self._of(task_type)
+        s.counters["started"].inc()
+        s.running.inc()
+        published = entry_time_s(entry_id)
+        if published is not None:
+            s.latency.observe(max(0.0, time.time() - published))
+
+    def task_left_slot(self, task_type: str) -> None:
+        self._of(task_type).running.dec()
+
+    def task_ended(self, task_type: str, kind: str, duration_s: float) -> None:
+        """``kind``: the finisher's outcome kind (done, failed, cancel, handback, lost)."""
+        s = self._of(task_type)
+        counter = OUTCOME_COUNTER.get(kind)
+        if counter is not None:
+            s.counters[counter].inc()
+        s.duration.observe(duration_s)
+
+    def task_timed_out(self, task_type: str) -> None:
+        self._of(task_type).counters["timed_out"].inc()
+
+    def task_retried(self, task_type: str) -> None:
+        self._of(task_type).counters["retried"].inc()
+
+    def tasks_stricken(self, task_types: list[str]) -> None:
+        for task_type in task_types:
+            self._of(task_type).counters["stricken"].inc()
+
+    def dead_lettered(self, task_type: str) -> None:
+        self._of(task_type).counters["dead_lettered"].inc()
+
+    def redis_disruption(self) -> None:
+        self.redis_disruptions.inc()
+
+    def db_disruption(self) -> None:
+        self.db_disruptions.inc()
+
+    def embedded(self, texts: int) -> None:
+        self.chunks_embedded.inc(texts)
+        self.embed_batch.observe(texts)
+
+    def strikes(self, count: int) -> None:
+        self.strikes_in_effect.set(count)
+
+    # -- serving ------------------------------------------------------------------------------
+    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+        """Serve ``/metrics`` from a daemon thread (prometheus-client's WSGI server)."""
+        self._server, self._thread = start_http_server(port, addr=addr, registry=self.registry)
+        log.info("metrics on http://%s:%d/metrics", addr, port)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    # -- fleet-wide gauges ----------------------------------------------------------------------
+    def stream_figures(self, client: redis.Redis, keys: Keys) -> None:
+        """XLEN and the XPENDING summary of every priority stream and XLEN of the dead letters,
+        in one pipelined round trip (blocking; call in a thread)."""
+        pipe = client.pipeline(transaction=False)
+        for stream in keys.queues:
+            pipe.xlen(stream)
+            pipe.xpending(stream, keys.group)
+        pipe.xlen(keys.dead)
+        replies = pipe.execute(raise_on_error=False)
+        for n, stream in enumerate(keys.queues):
+            prio = str(keys.priority_of(stream))
+            length, pending = replies[2 * n], replies[2 * n + 1]
+            if isinstance(length, int):
+                self.queue_depth.labels(self.consumer, prio).set(length)
+            if isinstance(pending, dict):
+                self.pending.labels(self.consumer, prio).set(int(pending.get("pending") or 0))
+        if isinstance(replies[-1], int):
+            self.dead_letters.set(replies[-1])
+
+    async def refresh(
+        self, limiters: Any, client: redis.Redis, keys: Keys, interval_s: float = REFRESH_S
+    ) -> None:
+        """Refresh the stream gauges every ``interval_s``; an unreachable Redis skips a round."""
+        while True:
+            try:
+                await limiters.redis(self.stream_figures, client, keys)
+            except redis.RedisError as exc:
+                log.debug("stream gauges not refreshed: %s", exc)
+            await trio.sleep(interval_s)
+
+
+class NoMetrics:
+    """The same interface, doing nothing (``INGEST_METRICS_PORT`` 0)."""
+
+    enabled = False
+    registry = None
+
+    def declare(self, task_types: list[str]) -> None:
+        pass
+
+    def task_started(self, task_type: str, entry_id: str) -> None:
+        pass
+
+    def task_left_slot(self, task_type: str) -> None:
+        pass
+
+    def task_ended(self, task_type: str, kind: str, duration_s: float) -> None:
+        pass
+
+    def task_timed_out(self, task_type: str) -> None:
+        pass
+
+    def task_retried(self, task_type: str) -> None:
+        pass
+
+    def tasks_stricken(self, task_types: list[str]) -> None:
+        pass
+
+    def dead_lettered(self, task_type: str) -> None:
+        pass
+
+    def redis_disruption(self) -> None:
+        pass
+
+    def db_disruption(self) -> None:
+        pass
+
+    def embedded(self, texts: int) -> None:
+        pass
+
+    def strikes(self, count: int) -> None:
+        pass
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    async def refresh(
+        self, limiters: Any, client: redis.Redis, keys: Keys, interval_s: float = REFRESH_S
+    ) -> None:
+        pass
+
+
+NO_METRICS = NoMetrics()
+
+
+def for_settings(metrics_port: int, consumer: str) -> Metrics | NoMetrics:
+    return Metrics(consumer) if metrics_port else NO_METRICS

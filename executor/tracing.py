@@ -1,0 +1,155 @@
+"""Traces with OpenTelemetry, when it is installed (the ``otel`` extra); a no-op fast path when not.
+
+Each task is a span ``ingest.task.{task_type}`` with attributes ``ingest.task_id``,
+``ingest.doc_id``, ``ingest.kb_id``, ``ingest.executor``, ``ingest.delivery_count`` and
+``ingest.attempt``; status OK, or ERROR with the error (a stop or a timeout included). Handlers
+add child spans with :func:`span` (the parse handler: ``parse``, ``chunk``, ``embed``,
+``index``). ``INGEST_TRACING`` chooses:
+
+- ``auto`` (default): spans go to the global tracer provider when one is configured, e.g. by
+  ``opentelemetry-instrument`` from the standard ``OTEL_*`` variables; otherwise nothing is done;
+- ``otlp``: the executor sets up an SDK provider with a batching OTLP exporter (install
+  ``opentelemetry-exporter-otlp``; it reads ``OTEL_EXPORTER_OTLP_*`` itself); ``console``: spans
+  printed on stdout, to try it out;
+- ``off``: opentelemetry is never imported.
+
+Without opentelemetry installed, nothing of it is imported, and each task costs one call that
+returns a shared null context manager.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+from collections.abc import Iterator
+from contextvars import ContextVar
+from typing import Any
+
+log = logging.getLogger("executor.tracing")
+
+TRACER_NAME = "ingest.executor"
+MODES = ("auto", "otlp", "console", "off")
+_NULL: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+_current: ContextVar[Any] = ContextVar("ingest_tracer", default=None)  # the running task's tracer
+
+
+def installed() -> bool:
+    """Whether the OpenTelemetry API can be imported (without importing it)."""
+    return importlib.util.find_spec("opentelemetry") is not None
+
+
+def span(name: str, **attributes: Any) -> contextlib.AbstractContextManager[Any]:
+    """A child span of the running task's span (a shared null context when tracing is off)."""
+    tracer = _current.get()
+    if tracer is None:
+        return _NULL
+    return tracer.start_as_current_span(name, attributes=attributes or None)
+
+
+def record_span(name: str, start_s: float, end_s: float, **attributes: Any) -> None:
+    """A child span for work already done between two ``time.time()`` values (e.g. the stages of
+    a worker process's job, measured there)."""
+    tracer = _current.get()
+    if tracer is None:
+        return
+    s = tracer.start_span(name, start_time=int(start_s * 1e9), attributes=attributes or None)
+    s.end(end_time=int(end_s * 1e9))
+
+
+class NoTracing:
+    enabled = False
+
+    def task(self, run: Any, consumer: str) -> contextlib.AbstractContextManager[Any]:
+        return _NULL
+
+
+NO_TRACING = NoTracing()
+
+
+class Tracing:
+    """Task spans from one tracer provider (the global one unless given)."""
+
+    enabled = True
+
+    def __init__(self, provider: Any = None) -> None:
+        from opentelemetry import context, trace
+        from opentelemetry.trace import Status, StatusCode
+
+        self._trace, self._context = trace, context
+        self._ok, self._status, self._error = Status(StatusCode.OK), Status, StatusCode.ERROR
+        self.tracer = (provider or trace.get_tracer_provider()).get_tracer(TRACER_NAME)
+
+    @contextlib.contextmanager
+    def task(self, run: Any, consumer: str) -> Iterator[Any]:
+        """A running task's span (``executor.book.Running``), current for the block and for
+        :func:`span` in its handler; a cancelled block says why (``run.stop_reason``)."""
+        claimed = run.claimed
+        row = claimed.row
+        attributes = {
+            "ingest.task_id": claimed.task_id,
+            "ingest.task_type": claimed.task_type,
+            "ingest.doc_id": claimed.doc_id,
+            "ingest.kb_id": row.get("kb_id") or (claimed.doc or {}).get("kb_id") or "",
+            "ingest.executor": consumer,
+            "ingest.delivery_count": int(claimed.entry.deliveries),
+            "ingest.attempt": int(claimed.attempt),
+        }
+        s = self.tracer.start_span(f"ingest.task.{claimed.task_type}", attributes=attributes)
+        token = self._context.attach(self._trace.set_span_in_context(s))
+        mine = _current.set(self.tracer)
+        try:
+            yield s
+        except Exception as exc:
+            s.record_exception(exc)
+            s.set_status(self._status(self._error, f"{type(exc).__name__}: {exc}"))
+            raise
+        except BaseException:  # trio.Cancelled: a stop request or the timeout
+            why = run.stop_reason or "timed out"
+            s.set_status(self._status(self._error, f"stopped: {why}"))
+            raise
+        else:
+            s.set_status(self._ok)
+        finally:
+            _current.reset(mine)
+            self._context.detach(token)
+            s.end()
+
+
+def for_settings(mode: str, provider: Any = None) -> Tracing | NoTracing:
+    """The daemon's tracing: on when ``mode`` is not ``off``, OpenTelemetry is installed, and a
+    provider is given or configured globally (``auto``) or set up here (``otlp``, ``console``)."""
+    if mode == "off" or not installed():
+        return NO_TRACING
+    if provider is not None:
+        return Tracing(provider)
+    from opentelemetry import trace
+
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        if mode == "auto":
+            return NO_TRACING  # nobody configured a provider: spans would go nowhere
+        setup_provider(mode)
+    return Tracing()
+
+
+def setup_provider(mode: str) -> None:
+    """A global SDK provider exporting spans in batches (``otlp``) or to stdout (``console``)."""
+    try:
+        from opentelemetry import trace
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+    except ImportError as exc:
+        raise RuntimeError(f"INGEST_TRACING={mode} needs the otel extra (opentelemetry-sdk): {exc}") from None
+    if mode == "otlp":
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        except ImportError as exc:
+            raise RuntimeError(f"INGEST_TRACING=otlp needs opentelemetry-exporter-otlp: {exc}") from None
+        exporter: Any = OTLPSpanExporter()
+    else:
+        exporter = ConsoleSpanExporter()
+    provider = TracerProvider(resource=Resource.create())
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    log.info("tracing: %s exporter", mode)
