@@ -292,22 +292,32 @@ class Collector:
 
     # -- take-over, orphans, dispatch --------------------------------------------------------
     async def take_over(self) -> None:
-        """Once, at start: own pending entries, high priority first, a batch of free slots at a time."""
+        """Once, at start: own pending entries, high priority first, each one alone.
+
+        They were in flight when this consumer's previous process died, and any of them may
+        be what killed it; so each is read (and counted as a delivery) only when nothing else
+        runs here, and runs alone: a task that kills its process takes no other task's
+        delivery with it, and is dead-lettered after the cap while the others finish."""
         taken = 0
         for stream in self.keys.queues:
             after = "0"
             while not self.stopping:
-                free = await self.book.wait_free()
-                if not free:
+                await self.book.wait_idle()
+                if self.stopping:
                     break
-                entries = await self._redis(self.read_own, stream, after, free)
+                entries = await self._redis(self.read_own, stream, after, 1)
                 if not entries:
                     break
                 after = entries[-1].entry_id
                 taken += len(entries)
                 await self.dispatch(entries)
+        await self.book.wait_idle()
         if taken:
-            log.info("took over %d pending entr%s of this consumer", taken, "y" if taken == 1 else "ies")
+            log.info(
+                "took over %d pending entr%s of this consumer, one at a time",
+                taken,
+                "y" if taken == 1 else "ies",
+            )
 
     def _orphan_check_due(self) -> bool:
         return time.monotonic() - self._last_orphan_check >= ORPHAN_CHECK_S
