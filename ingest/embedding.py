@@ -5,10 +5,11 @@ per process (offline, on the CPU, torch using every core this process may run on
 its dimension once. Vectors are float32 and normalised, so a dot product is the cosine.
 
 :class:`EmbeddingService` is shared by all tasks of an executor: each task submits its texts
-with :meth:`~EmbeddingService.embed`; one consumer loop takes pending texts from every waiting
-task in turn and encodes them in a thread under the ``embed_limiter``, in forward batches of
-``INGEST_EMBEDDING_BATCH``, so chunks of tasks running at the same time share batches instead
-of being encoded one task at a time; vectors are routed back to their tasks. Each call takes a
+with :meth:`~EmbeddingService.embed`; one consumer loop takes pending texts of the waiting
+tasks (those with the fewest left first) and encodes them in a thread under the
+``embed_limiter``, in forward batches of ``INGEST_EMBEDDING_BATCH``, so chunks of tasks running
+at the same time share batches instead of being encoded one task at a time; vectors are routed
+back to their tasks. Each call takes a
 window of up to :data:`WINDOW_BATCHES` batches, which the model sorts by length before batching:
 measured on the bench corpus, arrival order pads 5.7 % more tokens than a full sort, a window
 of four batches 2.4 %.
@@ -20,7 +21,6 @@ and parse worker processes never pay for them.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import threading
 from collections import deque
@@ -237,21 +237,25 @@ class EmbeddingService:
             self._fail_all(PermanentError("embedding service stopped"))
 
     def _take_batch(self) -> list[tuple[_Request, int, int]]:
-        """Up to a window of texts, taken from every waiting request in turn."""
+        """Up to a window of texts, from the requests with the fewest texts left first.
+
+        Shortest-remaining-first lets small documents pass large ones, and makes tasks finish
+        one after another: each frees its executor slot while the others still have texts
+        queued, so the next task is parsed while the model keeps working. (Taking from every
+        request in turn made them all finish together, and the model idled while the
+        next ones were parsed.)
+        """
         batch: list[tuple[_Request, int, int]] = []
         room = self.window
-        while room and self._pending:
-            share = max(1, math.ceil(room / len(self._pending)))
-            for request in list(self._pending):
-                take = min(share, room, len(request.texts) - request.sent)
-                if take > 0:
-                    batch.append((request, request.sent, request.sent + take))
-                    request.sent += take
-                    room -= take
-                if request.sent >= len(request.texts):
-                    self._pending.remove(request)
-                if not room:
-                    break
+        for request in sorted(self._pending, key=lambda r: len(r.texts) - r.sent):  # stable: FIFO ties
+            take = min(room, len(request.texts) - request.sent)
+            batch.append((request, request.sent, request.sent + take))
+            request.sent += take
+            room -= take
+            if request.sent >= len(request.texts):
+                self._pending.remove(request)
+            if not room:
+                break
         return batch
 
     async def _encode(self, batch: list[tuple[_Request, int, int]]) -> None:

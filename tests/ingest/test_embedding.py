@@ -55,7 +55,7 @@ async def test_concurrent_tasks_share_batches_and_get_their_own_vectors(embedder
         assert progress[i][-1] == (len(texts), len(texts))
 
 
-async def test_calls_never_exceed_the_window_and_take_from_every_task(embedder):  # noqa: F811
+async def test_calls_never_exceed_the_window_and_small_tasks_pass_big_ones(embedder):  # noqa: F811
     service = EmbeddingService(
         embedder.model, batch_size=3, limiter=trio.CapacityLimiter(1), window_batches=2
     )
@@ -72,6 +72,23 @@ async def test_calls_never_exceed_the_window_and_take_from_every_task(embedder):
     stats = service.statistics()
     assert stats.largest_call == 6 and stats.texts_encoded == 32 and stats.encode_calls == 6
     assert order == ["small", "big"]  # the small task did not wait behind the big one
+
+
+async def test_tasks_finish_one_after_another_not_all_together(embedder):  # noqa: F811
+    """So each frees its executor slot while the others still keep the model busy."""
+    service = EmbeddingService(
+        embedder.model, batch_size=3, limiter=trio.CapacityLimiter(1), window_batches=2
+    )
+    finished_after_calls: list[int] = []
+
+    async def run(i: int) -> None:
+        await service.embed([f"task {i} text {j}" for j in range(12)])
+        finished_after_calls.append(service.statistics().encode_calls)
+
+    async with trio.open_nursery() as nursery:
+        for i in range(3):
+            nursery.start_soon(run, i)
+    assert finished_after_calls == [2, 4, 6]
 
 
 async def test_a_cancelled_task_leaves_the_service_working(embedder):  # noqa: F811
