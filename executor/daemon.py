@@ -132,6 +132,7 @@ class Daemon:
             "task_types": self.router.task_types if hasattr(self, "router") else [],
             "max_concurrent_tasks": self.settings.max_concurrent_tasks,
             "health": self.health.summary(),
+            "heartbeat_s": self.settings.heartbeat_s,
         }
 
     # -- run -----------------------------------------------------------------------------------

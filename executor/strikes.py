@@ -99,13 +99,19 @@ class StrikeBook:
         while delay := await self._reload(version):
             await trio.sleep(delay)
 
+    async def _read_version(self) -> int:
+        try:
+            return await self.limiters.redis(mirrored_version, self.client, self.keys)
+        except RETRYABLE_REDIS_ERRORS:  # a pooled connection that died with a Redis restart:
+            return await self.limiters.redis(mirrored_version, self.client, self.keys)  # once more
+
     async def run(self) -> None:
         """Check the mirrored version every :data:`CHECK_S`; reload when it moves, after a Redis
         reconnect, or every :data:`RELOAD_S`."""
         while True:
             await trio.sleep(CHECK_S)
             try:
-                version = await self.limiters.redis(mirrored_version, self.client, self.keys)
+                version = await self._read_version()
             except RETRYABLE_REDIS_ERRORS as exc:
                 self.redis_outage.failed(exc)
                 continue

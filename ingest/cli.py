@@ -1,8 +1,8 @@
 """``ingest``: the command line of the producer side (``python -m ingest`` too).
 
 Verbs: ``init``, ``submit``, ``status``, ``cancel``, ``retry``, ``rm``, ``fleet``, ``search``;
-``dataflow`` (:mod:`ingest.cli_dataflow`), ``memory`` (:mod:`ingest.cli_memory`) and ``dead``
-(:mod:`ingest.cli_dead`).
+``dataflow`` (:mod:`ingest.cli_dataflow`), ``memory`` (:mod:`ingest.cli_memory`), ``dead``
+(:mod:`ingest.cli_dead`) and ``strike``, ``restore``, ``strikes`` (:mod:`ingest.cli_strikes`).
 Settings come from the environment once (``Settings.from_env``); ``--db-url``, ``--redis-url``
 and ``--key-prefix`` override it, before or after the verb. Exit status: 0 when everything
 asked was done, 1 when something was not (a refused file, a failed document, an unknown id, an
@@ -335,11 +335,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--kb", required=True, metavar="NAME")
     sub.add_argument("--tenant", default="default", metavar="ID")
     sub.add_argument("-k", type=int, default=5, metavar="N", help="how many chunks (default 5)")
-    from ingest import cli_dataflow, cli_dead, cli_memory
+    from ingest import cli_dataflow, cli_dead, cli_memory, cli_strikes
 
     cli_dataflow.add_verbs(verbs, _global_options)
     cli_memory.add_verbs(verbs, _global_options)
     cli_dead.add_verbs(verbs, _global_options)
+    cli_strikes.add_verbs(verbs, _global_options)
     return parser
 
 

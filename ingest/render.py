@@ -117,18 +117,39 @@ def described(console: Console, data: dict[str, Any]) -> None:
         console.print(f"older generations: {older}")
 
 
+def health_text(health: Any) -> str:
+    """A heartbeat's health verdict: ``ok``, or the reasons it is not (as the health check says)."""
+    if not isinstance(health, dict):
+        return ""
+    if health.get("ok"):
+        return "ok"
+    reasons = "; ".join(str(r) for r in health.get("reasons") or [])
+    return f"unhealthy: {reasons}" if reasons else "unhealthy"
+
+
 def fleet(console: Console, beats: list[dict[str, Any]]) -> None:
     if not beats:
         console.print("no live executors")
         return
     table = Table(title=f"{len(beats)} executor(s)")
-    for column in ("consumer", "host", "pid", "heartbeat", "running", "done", "failed", "rss MB", "state"):
+    for column in (
+        "consumer",
+        "host",
+        "pid",
+        "heartbeat",
+        "running",
+        "done",
+        "failed",
+        "rss MB",
+        "state",
+        "health",
+    ):
         table.add_column(
             column, justify="right" if column in ("pid", "running", "done", "failed", "rss MB") else "left"
         )
     for beat in beats:
         if "error" in beat:
-            table.add_row(beat["consumer"], "", "", "", "", "", "", "", beat["error"])
+            table.add_row(beat["consumer"], "", "", "", "", "", "", "", beat["error"], "")
             continue
         running = beat.get("running") or []
         rss = beat.get("rss_mb")
@@ -142,6 +163,7 @@ def fleet(console: Console, beats: list[dict[str, Any]]) -> None:
             str(beat.get("failed", "")),
             f"{float(rss):.0f}" if isinstance(rss, (int, float)) else "",
             "draining" if beat.get("draining") else "running",
+            health_text(beat.get("health")),
         )
     console.print(table)
 

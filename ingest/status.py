@@ -22,6 +22,7 @@ from db.streams import connect
 from ingest.errors import NotFound
 
 DOCUMENT_TASKS_SHOWN = 1000
+STALE_PERIODS = 3  # a heartbeat older than this many periods makes its executor unhealthy
 
 
 def summary(settings: Settings) -> dict[str, Any]:
@@ -154,8 +155,18 @@ def fleet(settings: Settings) -> list[dict[str, Any]]:
             continue
         beat.setdefault("consumer", consumer)
         beat["age_s"] = _age_s(beat.get("now"), now)
+        _stale_health(beat, float(beat.get("heartbeat_s") or settings.heartbeat_s))
         beats.append(beat)
     return beats
+
+
+def _stale_health(beat: dict[str, Any], heartbeat_s: float) -> None:
+    """A heartbeat three periods old is itself a verdict: its event loop or its Redis is stuck."""
+    age = beat.get("age_s")
+    if isinstance(age, float) and age > STALE_PERIODS * heartbeat_s:
+        health = beat.get("health") if isinstance(beat.get("health"), dict) else {}
+        reasons = [f"heartbeat {age:.0f} s old", *(health.get("reasons") or [])]
+        beat["health"] = {**health, "ok": False, "reasons": reasons}
 
 
 def _age_s(stamp: Any, now: float) -> float | None:
