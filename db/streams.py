@@ -41,10 +41,13 @@ BLOCK_MS_MAX = 2000
 
 
 def connect(url: str) -> redis.Redis:
-    """A client for ``INGEST_REDIS_URL`` with timeouts longer than the longest blocking read."""
+    """A client for ``INGEST_REDIS_URL`` with timeouts longer than the longest blocking read.
+    Bytes that are not UTF-8 (a producer outside the contract) decode as U+FFFD instead of
+    failing the whole reply: such a message is then dead-lettered as not JSON."""
     return redis.Redis.from_url(
         url,
         decode_responses=True,
+        encoding_errors="replace",
         socket_timeout=10,
         socket_connect_timeout=5,
         socket_keepalive=True,

@@ -68,6 +68,7 @@ def read_client(url: str) -> redis.Redis:
     return redis.Redis.from_url(
         url,
         decode_responses=True,
+        encoding_errors="replace",  # a message of bytes that are not UTF-8 is bad input, not a crash
         socket_timeout=BLOCK_MS_MAX / 1000 + 8,
         socket_connect_timeout=5,
         socket_keepalive=True,

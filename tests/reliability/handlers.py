@@ -1,6 +1,6 @@
 """Task types for the reliability tests: each completed run leaves a trace in the database.
 
-``record`` sleeps ``seconds``, then in one transaction writes ``chunks`` chunk rows (ids from
+``record`` sleeps ``seconds`` (``first_seconds`` on attempt 1, when given), then in one transaction writes ``chunks`` chunk rows (ids from
 the task id and position, as the real handlers make them) and a ``completion`` row keyed by
 (task id, attempt): a run that completed twice under one attempt would fail on that key, and
 the completions of a task show every attempt whose handler finished.
@@ -47,6 +47,8 @@ def _complete(ctx: TaskContext, n: int) -> list[str]:
 
 
 async def record(ctx: TaskContext) -> TaskResult:
-    await trio.sleep(float(ctx.message.get("seconds", 0.1)))
+    """``seconds`` of work (``first_seconds`` instead on attempt 1, when given), then the trace."""
+    seconds = ctx.message.get("first_seconds") if ctx.attempt == 1 else None
+    await trio.sleep(float(seconds if seconds is not None else ctx.message.get("seconds", 0.1)))
     ids = await ctx.limiters.db(_complete, ctx, int(ctx.message.get("chunks", 2)))
     return TaskResult(message=f"{len(ids)} chunks", chunk_ids=ids)
