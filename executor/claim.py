@@ -87,6 +87,7 @@ class ClaimPlan:
     claimed: list[Claimed] = field(default_factory=list)
     acks: list[AckItem] = field(default_factory=list)  # plain acks and dead letters
     notes: list[Note] = field(default_factory=list)
+    deferred: list[Entry] = field(default_factory=list)  # left pending, looked at again soon
     held: list[str] = field(default_factory=list)  # task types of the tasks a strike held
 
     def ack(self, entry: Entry, task_id: str, why: str, extra: dict[str, Any]) -> None:
@@ -182,22 +183,24 @@ def validate_and_claim(entries: Sequence[Entry], rules: ClaimRules) -> ClaimPlan
             plan.dead(entry, _loose_id(entry.raw), str(exc))
     rows = fetch_rows(sorted({m["id"] for _, m in good}))
     live = _live_owners(good, rows, rules)
-    seen: set[str] = set()
+    newest: dict[str, Entry] = {}  # a task's newest entry carries its current message
+    for entry, m in good:
+        if m["id"] not in newest or _age(entry) > _age(newest[m["id"]]):
+            newest[m["id"]] = entry
     to_claim: list[tuple[Entry, dict[str, Any], str]] = []
     to_bury: list[tuple[Entry, dict[str, Any], str]] = []
     to_hold: list[tuple[Entry, dict[str, Any], str, Rule]] = []
     for entry, msg in good:
         tid = msg["id"]
-        verdict = _judge(entry, msg, rows.get(tid), rules, live, seen)
-        seen.add(tid)
-        kind, text = verdict
+        kind, text = _judge(entry, msg, rows.get(tid), rules, live, newest[tid] is not entry)
         extra = {"doc_id": msg.get("doc_id") or "", "entry": entry.entry_id}
         if kind == "ack":
             plan.ack(entry, tid, text, extra)
-        elif kind == "bad":
-            plan.dead(entry, tid, text)
         elif kind == "bury":
             to_bury.append((entry, msg, text))
+        elif kind == "defer":
+            plan.deferred.append(entry)
+            plan.notes.append(Note("info", f"deferred: {text}", {"task_id": tid, **extra}))
         elif rules.strikes and (rule := _stricken(rules.strikes, text, msg, rows[tid])):
             to_hold.append((entry, msg, text, rule))
         else:
@@ -214,12 +217,17 @@ def _judge(
     found: tuple[dict[str, Any], Any, Any] | None,
     rules: ClaimRules,
     live: set[str],
-    seen: set[str],
+    superseded: bool,
 ) -> tuple[str, str]:
-    """("ack"|"bad"|"bury"|"claim", reason or task type) for one well-formed message."""
+    """("ack"|"defer"|"bury"|"claim", reason or task type) for one well-formed message."""
     tid = msg["id"]
-    if tid in seen or tid in rules.running_ids:
-        return "ack", "duplicate of a task this executor is running"
+    if superseded:
+        return "ack", "superseded by a newer entry of the task in this batch"
+    if tid in rules.running_ids:
+        row = found[0] if found else {}
+        if row.get("status") == RUNNING and row.get("owner") == rules.consumer:
+            return "ack", "duplicate of a task this executor is running"
+        return "defer", "task re-queued while its run here ends"
     if found is None:
         return "ack", "no task row with this id"
     row = found[0]
@@ -369,6 +377,11 @@ _CLAIM = (
     " begin_at = {p}, update_time = {p} WHERE id IN ({marks}) AND status IN ({p}, {p}) AND attempt = {case}"
 )
 _WON = f"SELECT id, attempt FROM {Task._meta.table_name} WHERE claim_token = {{p}}"
+
+
+def _age(entry: Entry) -> tuple[int, ...]:
+    """An entry id ``ms-seq`` as numbers: later entries compare greater."""
+    return tuple(int(part) for part in entry.entry_id.split("-"))
 
 
 def _last_line(text: str) -> str:

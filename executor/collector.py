@@ -29,6 +29,7 @@ log = logging.getLogger("executor.collector")
 MAX_CLAIMS_IN_FLIGHT = 4  # read-and-claim hops whose commit has not come back yet
 ORPHAN_CHECK_S = 30.0  # also after every Redis outage: entries pending under us that we do not know
 ORPHAN_SCAN_MAX = 1000
+DEFER_RECHECK_S = 2.0  # how soon a deferred entry is looked at again
 
 # New entries from the priority streams in order (KEYS high first), never more than ARGV[3].
 _READ_NEW = """
@@ -148,7 +149,7 @@ class Collector:
 
     async def _hop(self, free: int, handed: trio.Event) -> None:
         try:
-            read = await self._redis(self.read_and_claim, free, self.rules(), handed)
+            read = await self._redis(self.read_and_claim, free, handed)
             if read:
                 await self._settle(*read)
         finally:
@@ -192,7 +193,7 @@ class Collector:
 
     # -- reads (blocking; in a thread) ----------------------------------------------------
     def read_and_claim(
-        self, free: int, rules: ClaimRules, handed: trio.Event
+        self, free: int, handed: trio.Event
     ) -> tuple[list[Entry], ClaimPlan | None, str, BaseException | None] | None:
         """The hot path, in one thread hop: read up to ``free`` new entries; in one transaction
         validate and claim them; start their runners once the claim UPDATE holds the rows, then
@@ -205,6 +206,7 @@ class Collector:
         entries = self.read_new(free)
         if not entries:
             return None
+        rules = self.rules()  # after the read, which may have blocked: what runs here now
         plan, started = None, False
         try:
             with connection() as db, db.atomic():
@@ -219,6 +221,7 @@ class Collector:
         """In the trio thread, while the claim commits: hold the entries, start the runners."""
         self.book.hold(entries)
         self.book.release(len(entries) - len(plan.claimed))
+        self._defer(plan)
         for claimed in plan.claimed:
             self.spawn(claimed, False)
         handed.set()
@@ -344,9 +347,18 @@ class Collector:
             self.book.settle([e.key for e in entries])
             return
         self.book.release(len(entries) - len(plan.claimed))
+        self._defer(plan)
         for claimed in plan.claimed:
             self.spawn(claimed, True)
         self._follow_up(plan)
+
+    def _defer(self, plan: ClaimPlan) -> None:
+        """Entries of a task re-queued while a run of it here ends: neither run nor acked now;
+        left pending (not held), an orphan check soon picks them up once that run is over."""
+        if plan.deferred:
+            self.book.settle([e.key for e in plan.deferred])
+            soon = time.monotonic() - ORPHAN_CHECK_S + DEFER_RECHECK_S
+            self._last_orphan_check = min(self._last_orphan_check, soon)
 
     def _follow_up(self, plan: ClaimPlan) -> None:
         """Once a batch's claim is committed: its log lines, acks and dead letters."""
