@@ -36,7 +36,10 @@ _current: ContextVar[Any] = ContextVar("ingest_tracer", default=None)  # the run
 
 def installed() -> bool:
     """Whether the OpenTelemetry API can be imported (without importing it)."""
-    return importlib.util.find_spec("opentelemetry") is not None
+    try:
+        return importlib.util.find_spec("opentelemetry.trace") is not None
+    except (ImportError, ValueError):  # a parent missing, or blocked (None in sys.modules)
+        return False
 
 
 def span(name: str, **attributes: Any) -> contextlib.AbstractContextManager[Any]:
@@ -119,8 +122,12 @@ class Tracing:
 def for_settings(mode: str, provider: Any = None) -> Tracing | NoTracing:
     """The daemon's tracing: on when ``mode`` is not ``off``, OpenTelemetry is installed, and a
     provider is given or configured globally (``auto``) or set up here (``otlp``, ``console``)."""
-    if mode == "off" or not installed():
+    if mode == "off":
         return NO_TRACING
+    if not installed():
+        if mode == "auto":
+            return NO_TRACING
+        raise RuntimeError(f"INGEST_TRACING={mode} needs the otel extra: pip install 'ingest-executor[otel]'")
     if provider is not None:
         return Tracing(provider)
     from opentelemetry import trace

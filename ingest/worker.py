@@ -12,6 +12,7 @@ spawned processes that import only this module's dependencies (the parser librar
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -25,10 +26,13 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class ParsedDocument:
-    """What a parse-and-chunk job returns: how many sections, and the chunks."""
+    """What a parse-and-chunk job returns: how many sections, the chunks, and how long the
+    worker spent parsing and chunking (for the task's trace)."""
 
     sections: int
     chunks: list[Chunk]
+    parse_s: float = 0.0
+    chunk_s: float = 0.0
 
 
 def _guarded(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -64,8 +68,11 @@ def _parse_and_chunk_job(
     model: str,
     extra: dict[str, str],
 ) -> ParsedDocument:
+    began = time.perf_counter()
     sections = _parse_job(data, doc_type, from_page, to_page, extra)
-    return ParsedDocument(len(sections), _chunk_job(sections, config, model))
+    parsed = time.perf_counter()
+    chunks = _chunk_job(sections, config, model)
+    return ParsedDocument(len(sections), chunks, parsed - began, time.perf_counter() - parsed)
 
 
 async def run_in_worker(fn: Callable[..., T], *args: Any) -> T:

@@ -14,6 +14,8 @@ ensure_packages() {
   local missing=()
   command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || missing+=(mariadb-server)
   command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+  # prometheus and promtool: the metrics tests run a real Prometheus and check the exposition
+  { command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; } || missing+=(prometheus)
   if [ ${#missing[@]} -gt 0 ]; then
     echo "setup: installing ${missing[*]}" >&2
     as_root apt-get update -qq && as_root apt-get install -y -qq "${missing[@]}"

@@ -17,6 +17,7 @@ import trio
 
 from executor.context import ExecutorEnv, TaskContext, TaskResult
 from executor.handlers import shared_embedding_service
+from executor.tracing import record_span, span
 from ingest.chunking import ChunkConfig, oversize_note
 from ingest.embedding import EmbeddingService
 from ingest.errors import PermanentError
@@ -48,23 +49,28 @@ async def parse_task(ctx: TaskContext, service: EmbeddingService, storage: Stora
     model = ctx.settings.embedding_model
     from_page, to_page = int(row.get("from_page") or 0), int(row.get("to_page") or 0)
     ctx.report(0.01, "parsing…")
+    began = time.time()
     data = await trio.to_thread.run_sync(
         _read_bytes, storage, doc["location"], limiter=ctx.limiters.db_limiter
     )
     parsed = await parse_and_chunk_in_worker(
         data, doc.get("doc_type") or "", from_page, to_page, config, model
     )
+    ended = time.time()  # one worker job: its parse and chunk stages become two spans
+    record_span("parse", began, ended - parsed.chunk_s, bytes=len(data), sections=parsed.sections)
+    record_span("chunk", ended - parsed.chunk_s, ended, chunks=len(parsed.chunks))
     del data
     chunks = parsed.chunks
     ctx.report(PARSED, f"{parsed.sections} sections")
     ctx.report(CHUNKED, f"{len(chunks)} chunks")
 
-    embedder = await service.embedder()
-    record = functools.partial(
-        record_embedding_model, kb["id"], embedder.identity, embedder.dim, oversize_note(config, model)
-    )
-    await trio.to_thread.run_sync(record, limiter=ctx.limiters.db_limiter)
-    vectors = await service.embed([c.content for c in chunks], on_progress=_embed_progress(ctx))
+    with span("embed", chunks=len(chunks)):
+        embedder = await service.embedder()
+        record = functools.partial(
+            record_embedding_model, kb["id"], embedder.identity, embedder.dim, oversize_note(config, model)
+        )
+        await trio.to_thread.run_sync(record, limiter=ctx.limiters.db_limiter)
+        vectors = await service.embed([c.content for c in chunks], on_progress=_embed_progress(ctx))
 
     store = functools.partial(
         store_chunks,
@@ -75,7 +81,8 @@ async def parse_task(ctx: TaskContext, service: EmbeddingService, storage: Stora
         chunks=chunks,
         vectors=vectors,
     )
-    chunk_ids = await trio.to_thread.run_sync(store, limiter=ctx.limiters.db_limiter)
+    with span("index", chunks=len(chunks)):
+        chunk_ids = await trio.to_thread.run_sync(store, limiter=ctx.limiters.db_limiter)
     ctx.report(INDEXED, f"indexed {len(chunk_ids)} chunks")
     tokens = sum(c.token_num for c in chunks)
     elapsed = time.monotonic() - started
