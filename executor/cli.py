@@ -20,7 +20,7 @@ from executor.logs import setup_logging
 
 log = logging.getLogger("executor.cli")
 
-EXIT_OK, EXIT_USAGE, EXIT_NAME_IN_USE = 0, 2, 3
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NAME_IN_USE = 0, 1, 2, 3
 STAGGER_JITTER_S = 0.5
 
 
@@ -115,6 +115,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NameInUse as exc:
         log.error("refusing to start: %s", exc)
         return EXIT_NAME_IN_USE
+    except Exception:  # a bug or a bad setting: its traceback as one record, in the log format
+        log.exception("executor %s stopped by an error", consumer)
+        return EXIT_FAILED
     return EXIT_OK
 
 

@@ -1,4 +1,10 @@
-"""Log set-up: ``INGEST_LOG_FORMAT`` plain or json, ``INGEST_LOG_LEVEL``, executor context fields."""
+"""Log set-up: ``INGEST_LOG_FORMAT`` plain or json, ``INGEST_LOG_LEVEL``, executor context fields.
+
+``json`` (python-json-logger) writes one object a line: ``time`` (ISO 8601, UTC), ``level``,
+``logger``, ``message``, ``executor``, and where they apply ``task_id``, ``doc_id``,
+``task_type``, ``duration_s``; an exception's traceback in ``exc_info``. Python warnings go
+through the same handler. ``plain`` is ``time level logger: message [field=value …]``.
+"""
 
 from __future__ import annotations
 
@@ -46,8 +52,9 @@ def make_formatter(log_format: str) -> logging.Formatter:
         from pythonjsonlogger.json import JsonFormatter
 
         return JsonFormatter(
-            "%(asctime)s %(levelname)s %(name)s %(message)s",
-            rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
+            "%(levelname)s %(name)s %(message)s",
+            rename_fields={"levelname": "level", "name": "logger"},
+            timestamp="time",
         )
     return PlainFormatter()
 
@@ -68,6 +75,7 @@ def setup_logging(settings: Settings, consumer: str, stream: IO[str] | None = No
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(settings.log_level.upper())
+    logging.captureWarnings(True)  # warnings as log records, in the same format
     return handler
 
 
