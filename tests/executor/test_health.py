@@ -73,6 +73,7 @@ async def test_503_while_the_event_loop_is_blocked_and_while_draining(xsettings,
     )
     async with running_daemon(settings, "host_1") as daemon:
         await trio.to_thread.run_sync(wait_health, port, 200)
+        assert await trio.to_thread.run_sync(health_module.main, ["--port", str(port), "--workers", "1"]) == 0
         async with trio.open_nursery() as nursery:
             seen: list[dict] = []
 
