@@ -98,6 +98,10 @@ class Book:
             await self._changed.wait()
         return self.free if self.reading else 0
 
+    async def wait_changed(self) -> None:
+        """Until the next change of slots (a task read, released or ended) or of reading."""
+        await self._changed.wait()
+
     async def wait_idle(self) -> None:
         while self.reserved > 0 or self.running:
             await self._changed.wait()

@@ -227,7 +227,13 @@ class Daemon:
             self.collector.dispatch,
         )
         self.reconciler = Reconciler(s, self.streams, self.limiters, self.db_outage, self.redis_outage)
-        self.recycler = Recycler(s.max_tasks_per_child, s.max_rss_mb, self.counters, self.request_stop)
+        self.recycler = Recycler(
+            s.max_tasks_per_child,
+            s.max_rss_mb,
+            self.counters,
+            self.request_stop,
+            changed=self.book.wait_changed,
+        )
 
     async def _until_redis_answers(self, fn: Any, *args: Any) -> None:
         while True:

@@ -4,7 +4,7 @@ stop reading, drain and exit 0, so ``entrypoint.sh`` starts a fresh process (bot
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import psutil
 import trio
@@ -13,7 +13,7 @@ from executor.runner import Counters
 
 log = logging.getLogger("executor.recycle")
 
-CHECK_S = 0.2  # how often the task count is looked at
+CHECK_S = 0.2  # the task count is looked at as each task ends, and at least this often
 RSS_CHECK_S = 2.0  # how often the RSS is measured
 
 
@@ -32,12 +32,14 @@ class Recycler:
         counters: Counters,
         request_stop: Callable[[], None],
         *,
+        changed: Callable[[], Awaitable[None]] | None = None,
         rss_mb: Callable[[], float] | None = None,
     ) -> None:
         self.max_tasks = max_tasks
         self.max_rss_mb = max_rss_mb
         self.counters = counters
         self.request_stop = request_stop
+        self.changed = changed  # wakes the check as a task ends (else it polls every CHECK_S)
         self._proc = psutil.Process()
         self.rss_mb = rss_mb or (lambda: self._proc.memory_info().rss / (1 << 20))
         self.reason = ""
@@ -59,13 +61,16 @@ class Recycler:
     async def run(self) -> None:
         if not self.enabled:
             return
-        since_rss = RSS_CHECK_S
+        last_rss = trio.current_time() - RSS_CHECK_S
         while not self.reason:
-            await trio.sleep(CHECK_S)
-            since_rss += CHECK_S
-            measure = since_rss >= RSS_CHECK_S
+            with trio.move_on_after(CHECK_S):
+                if self.changed is not None:
+                    await self.changed()
+                else:
+                    await trio.sleep_forever()
+            measure = trio.current_time() - last_rss >= RSS_CHECK_S
             if measure:
-                since_rss = 0.0
+                last_rss = trio.current_time()
             self.reason = self.due(measure_rss=measure)
         log.info("recycling: %s; stop reading, drain, exit 0", self.reason)
         self.request_stop()
