@@ -1,6 +1,7 @@
 """Dispatch benchmark: enqueue and drain N no-op tasks through the full path, beside baselines.
 
     .venv/bin/python -m bench.dispatch [--n 10000] [--concurrency 10] [--paced 300 --rate 25]
+    .venv/bin/python -m bench.dispatch --compare-observability [--n 5000] [--runs 5]
 
 Prints, in one run on the same services:
 - enqueue tasks/s through the producer (rows upserted, guarded publish) beside a raw baseline
@@ -10,6 +11,10 @@ Prints, in one run on the same services:
 - start latency p50/p99 from a paced run: an idle executor, tasks enqueued one at a time;
 - with the ``bench`` extra (pydocket) installed: Docket's no-op drain with the same N and
   concurrency (5 ms check interval), in a subprocess.
+With ``--compare-observability`` it prints instead the drain rate with metrics and tracing on
+(``INGEST_METRICS_PORT`` served and scraped every second, spans recorded by the OpenTelemetry SDK
+and batched to an exporter that drops them: ``bench.traced_executor``) beside the rate with both
+off, ``--runs`` interleaved runs each way (the order alternating), and the medians.
 A benchmark, not a test: the machine is shared, so read ratios, not absolute figures.
 """
 
@@ -17,10 +22,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -99,7 +107,13 @@ def producer_enqueue(settings: Settings, n: int) -> tuple[float, list[str]]:
     return n / (time.perf_counter() - start), ids
 
 
-def _start_executor(settings: Settings, name: str, log: Path) -> subprocess.Popen:
+def _start_executor(
+    settings: Settings,
+    name: str,
+    log: Path,
+    extra_env: dict[str, str] | None = None,
+    module: str = "executor",
+) -> subprocess.Popen:
     env = dict(os.environ)
     env.update(
         {
@@ -111,11 +125,12 @@ def _start_executor(settings: Settings, name: str, log: Path) -> subprocess.Pope
             "INGEST_EXTRA_HANDLERS": settings.extra_handlers,
             "INGEST_LOG_LEVEL": "WARNING",
             "PYTHONPATH": str(ROOT),
+            **(extra_env or {}),
         }
     )
     with open(log, "ab") as out:  # the child keeps its own copy of the descriptor
         return subprocess.Popen(
-            [sys.executable, "-m", "executor", name], env=env, stdout=out, stderr=out, cwd=ROOT
+            [sys.executable, "-m", module, name], env=env, stdout=out, stderr=out, cwd=ROOT
         )
 
 
@@ -140,13 +155,23 @@ def _spans(ids: list[str]) -> list[tuple[int, int]]:
     return out
 
 
-def drain(settings: Settings, ids: list[str], log: Path) -> float:
-    proc = _start_executor(settings, "bench_0", log)
+def drain(
+    settings: Settings,
+    ids: list[str],
+    log: Path,
+    extra_env: dict[str, str] | None = None,
+    module: str = "executor",
+) -> float:
+    proc = _start_executor(settings, "bench_0", log, extra_env, module)
     try:
         _wait_done(ids, timeout_s=600)
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+    return _drain_rate(ids)
+
+
+def _drain_rate(ids: list[str]) -> float:
     spans = _spans(ids)
     first = min(b for b, _ in spans)
     last = max(u for _, u in spans)
@@ -183,6 +208,58 @@ def paced_latency(settings: Settings, n: int, rate: float, log: Path) -> tuple[f
     return statistics.median(lat), lat[min(len(lat) - 1, int(len(lat) * 0.99))]
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _scrape_every_second(port: int, stop: threading.Event) -> None:
+    """What a Prometheus does to the executor: GET /metrics every second."""
+    while not stop.wait(1.0):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
+                resp.read()
+        except OSError:
+            pass
+
+
+def observed_drain(settings: Settings, n: int, on: bool, log: Path) -> float:
+    """Enqueue ``n`` no-op tasks, drain them with one executor, metrics and tracing ``on`` or off."""
+    _, ids = producer_enqueue(settings, n)
+    if not on:
+        return drain(settings, ids, log, {"INGEST_METRICS_PORT": "0", "INGEST_TRACING": "off"})
+    port = _free_port()
+    stop = threading.Event()
+    scraper = threading.Thread(target=_scrape_every_second, args=(port, stop), daemon=True)
+    scraper.start()
+    try:
+        env = {"INGEST_METRICS_PORT": str(port), "INGEST_TRACING": "auto"}
+        return drain(settings, ids, log, env, module="bench.traced_executor")
+    finally:
+        stop.set()
+        scraper.join(timeout=5)
+
+
+def compare_observability(settings: Settings, n: int, runs: int, log: Path) -> None:
+    rates: dict[bool, list[float]] = {False: [], True: []}
+    for r in range(runs):
+        for on in (False, True) if r % 2 == 0 else (True, False):
+            rate = observed_drain(settings, n, on, log)
+            rates[on].append(rate)
+            print(f"run {r + 1}/{runs} {'on ' if on else 'off'}: {rate:8.0f} tasks/s", flush=True)
+    off, on = statistics.median(rates[False]), statistics.median(rates[True])
+    print(
+        f"drain, metrics + tracing off: median {off:8.0f} tasks/s   ({', '.join(f'{x:.0f}' for x in rates[False])})"
+    )
+    print(
+        f"drain, metrics + tracing on : median {on:8.0f} tasks/s   ({', '.join(f'{x:.0f}' for x in rates[True])})"
+    )
+    print(
+        f"on / off: {on / off:.3f} ({(on / off - 1) * 100:+.1f} %; N={n}, {runs} interleaved runs each way)"
+    )
+
+
 def docket_drain(n: int, concurrency: int) -> float | None:
     try:
         import docket  # noqa: F401
@@ -211,6 +288,12 @@ def main() -> None:
     parser.add_argument("--paced", type=int, default=300, help="tasks in the paced latency run")
     parser.add_argument("--rate", type=float, default=25.0, help="tasks/s in the paced run")
     parser.add_argument("--no-docket", action="store_true")
+    parser.add_argument(
+        "--compare-observability",
+        action="store_true",
+        help="only the drain rate with metrics and tracing on vs off, interleaved runs, medians",
+    )
+    parser.add_argument("--runs", type=int, default=5, help="with --compare-observability: runs each way")
     args = parser.parse_args()
 
     name = f"bench_{uuid.uuid4().hex[:8]}"
@@ -219,6 +302,9 @@ def main() -> None:
     init_schema(settings.db_url)
     Streams(connect(settings.redis_url), Keys(settings.key_prefix)).ensure_group()
     try:
+        if args.compare_observability:
+            compare_observability(settings, args.n, args.runs, log)
+            return
         base = baseline_enqueue(settings, args.n)
         rate, ids = producer_enqueue(settings, args.n)
         print(

@@ -91,7 +91,6 @@ class Tracing:
         row = claimed.row
         attributes = {
             "ingest.task_id": claimed.task_id,
-            "ingest.task_type": claimed.task_type,
             "ingest.doc_id": claimed.doc_id,
             "ingest.kb_id": row.get("kb_id") or (claimed.doc or {}).get("kb_id") or "",
             "ingest.executor": consumer,
