@@ -20,8 +20,9 @@ import peewee
 from db.database import RETRYABLE_DB_ERRORS
 from db.streams import RETRYABLE_REDIS_ERRORS
 
-# MySQL error codes that are worth another try: deadlock, lock wait timeout, server gone/lost.
-_RETRYABLE_MYSQL_CODES = frozenset({1205, 1213, 2002, 2003, 2006, 2013, 2055})
+# MySQL error codes that are worth another try: deadlock, lock wait timeout, server gone/lost,
+# too many connections, shutdown in progress, connection killed, idle connection closed.
+_RETRYABLE_MYSQL_CODES = frozenset({1040, 1053, 1205, 1213, 1927, 2002, 2003, 2006, 2013, 2055, 4031})
 
 
 class IngestError(Exception):
@@ -71,6 +72,10 @@ def is_retryable(exc: BaseException) -> bool:
     if isinstance(exc, PermanentError):
         return False
     if isinstance(exc, RETRYABLE_REDIS_ERRORS):
+        return True
+    if isinstance(exc, peewee.InterfaceError):
+        # The connection is closed or broken, e.g. (0, '') from the ROLLBACK that peewee tries
+        # after a COMMIT lost its connection: whatever the statement was, it may be tried again.
         return True
     if isinstance(exc, RETRYABLE_DB_ERRORS):
         args = getattr(exc, "args", ())

@@ -77,6 +77,23 @@ def test_a_killed_connection_is_retryable(two_rows):
     assert isinstance(lost, peewee.DatabaseError) and retryable(lost)
 
 
+def test_a_commit_that_lost_its_connection_is_retryable(two_rows):
+    """peewee then tries a ROLLBACK on the dead connection, and raises InterfaceError(0, '')."""
+    victim, killer = make_database(two_rows, max_connections=1), make_database(two_rows, max_connections=1)
+
+    def write_then_lose_the_connection() -> None:
+        with victim.connection_context(), victim.atomic():
+            victim.execute_sql("UPDATE pair SET v = v + 1 WHERE id = 1")
+            (conn_id,) = victim.execute_sql("SELECT CONNECTION_ID()").fetchone()
+            with killer.connection_context():
+                killer.execute_sql(f"KILL CONNECTION {int(conn_id)}")
+
+    lost = _caught(write_then_lose_the_connection)
+    victim.close_all()
+    killer.close_all()
+    assert isinstance(lost, peewee.InterfaceError) and retryable(lost)
+
+
 def test_an_unreachable_database_or_redis_is_retryable():
     down = make_database(f"mysql://root@127.0.0.1:{free_port()}/nothing", max_connections=1)
     assert retryable(_caught(down.connect))

@@ -1,9 +1,10 @@
 """Task types for the reliability tests: each completed run leaves a trace in the database.
 
-``record`` sleeps ``seconds`` (``first_seconds`` on attempt 1, when given), then in one transaction writes ``chunks`` chunk rows (ids from
-the task id and position, as the real handlers make them) and a ``completion`` row keyed by
-(task id, attempt): a run that completed twice under one attempt would fail on that key, and
-the completions of a task show every attempt whose handler finished.
+``record`` sleeps ``seconds`` (``first_seconds`` on attempt 1, when given), then in one
+transaction writes ``chunks`` chunk rows (ids from the task id and position, as the real
+handlers make them) and a ``completion`` row keyed by
+(task id, attempt): the completions of a task show every attempt whose handler finished, and
+on which executor (a write retried after a lost commit counts a try, not a completion).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from tests.handlers import EXTRA_HANDLERS as BASE_HANDLERS
 
 CREATE_COMPLETION = (
     "CREATE TABLE IF NOT EXISTS completion (task_id VARCHAR(64) NOT NULL, attempt INT NOT NULL,"
-    " consumer VARCHAR(255) NOT NULL, at BIGINT NOT NULL, PRIMARY KEY (task_id, attempt))"
+    " consumer VARCHAR(255) NOT NULL, at BIGINT NOT NULL, tries INT NOT NULL DEFAULT 1,"
+    " PRIMARY KEY (task_id, attempt))"
 )
 EXTRA_HANDLERS = f"{BASE_HANDLERS},record=tests.reliability.handlers:record"
 
@@ -39,8 +41,12 @@ def _complete(ctx: TaskContext, n: int) -> list[str]:
     ]
     if rows:
         Chunk.insert_many(rows).on_conflict_replace().execute()
+    # Idempotent, as a handler's writes must be: a commit whose connection broke may have landed,
+    # and the try that follows writes the same row again. A second run of one attempt on
+    # another executor would show as a changed consumer.
     database.obj.execute_sql(
-        "INSERT INTO completion (task_id, attempt, consumer, at) VALUES (%s, %s, %s, %s)",
+        "INSERT INTO completion (task_id, attempt, consumer, at) VALUES (%s, %s, %s, %s)"
+        " ON DUPLICATE KEY UPDATE at = VALUES(at), tries = tries + 1",
         (ctx.task_id, ctx.attempt, ctx.consumer, now_ms()),
     )
     return [r["id"] for r in rows]

@@ -16,7 +16,7 @@ import redis
 from db.config import Settings
 from db.database import database, unit
 from db.keys import Keys
-from db.models import DONE, RUNNING, Chunk, Task
+from db.models import DONE, RUNNING, TERMINAL_STATES, Chunk, Task
 from db.streams import Streams
 from tests.executor.support import enqueue, make_document, task_spec
 from tests.procs import ExecutorProcess, PrivateRedis
@@ -121,6 +121,12 @@ class Fleet:
 def running_under(consumer: str) -> int:
     with unit():
         return Task.select().where((Task.status == RUNNING) & (Task.owner == consumer)).count()
+
+
+def count_ended(task_ids: list[str]) -> int:
+    """Tasks in a terminal state (a test waits for this, then checks they are all done)."""
+    with unit():
+        return Task.select().where(Task.id.in_(task_ids) & Task.status.in_(TERMINAL_STATES)).count()
 
 
 def count_done(task_ids: list[str]) -> int:

@@ -18,6 +18,7 @@ from tests.reliability.mariadb import PrivateMariaDB
 from tests.reliability.support import (
     Fleet,
     count_done,
+    count_ended,
     create_completion_table,
     enqueue_recorded,
     exactly_once,
@@ -58,7 +59,7 @@ def test_a_fleet_runs_through_a_clean_and_a_killed_database_restart(
             mariadb.kill()
             time.sleep(1.5)
             mariadb.start()
-            wait_until(lambda: count_done(ids) == TASKS, 120)
+            wait_until(lambda: count_ended(ids) == TASKS, 120)
             wait_until(lambda: stream_state(rclient, keys)["pending"] == 0, 30)
             fleet.assert_alive()
             counts = exactly_once(ids, crashed=set())

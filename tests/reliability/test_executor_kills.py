@@ -10,7 +10,7 @@ from db.keys import Keys
 from tests.helpers import wait_until
 from tests.reliability.support import (
     Fleet,
-    count_done,
+    count_ended,
     create_completion_table,
     enqueue_recorded,
     exactly_once,
@@ -41,7 +41,7 @@ def test_every_task_is_done_exactly_once_though_an_executor_is_killed_three_time
             fleet.kill(victim)
             fleet.start(replacement)
             victim = replacement
-        wait_until(lambda: count_done(ids) == TASKS, 90)
+        wait_until(lambda: count_ended(ids) == TASKS, 90)
         wait_until(lambda: stream_state(rclient, keys)["pending"] == 0, 30)
         fleet.assert_alive()
         counts = exactly_once(ids, set(fleet.killed))

@@ -13,7 +13,13 @@ from db.keys import Keys
 from db.models import DONE, Chunk, Document, Task
 from ingest.producer import submit_documents
 from tests.helpers import wait_until
-from tests.reliability.support import Fleet, count_done, fleet_settings, running_under, stream_state
+from tests.reliability.support import (
+    Fleet,
+    count_ended,
+    fleet_settings,
+    running_under,
+    stream_state,
+)
 
 DOCS = 12
 
@@ -44,7 +50,7 @@ def test_real_parse_tasks_are_done_once_though_an_executor_is_killed_three_times
             fleet.kill(victim)
             fleet.start(replacement)
             victim = replacement
-        wait_until(lambda: count_done(ids) == len(ids), 180)
+        wait_until(lambda: count_ended(ids) == len(ids), 180)
         wait_until(lambda: stream_state(rclient, keys)["pending"] == 0, 30)
         fleet.assert_alive()
         state = stream_state(rclient, keys)

@@ -10,7 +10,7 @@ from db.keys import Keys
 from tests.helpers import wait_until
 from tests.reliability.support import (
     Fleet,
-    count_done,
+    count_ended,
     create_completion_table,
     enqueue_recorded,
     exactly_once,
@@ -64,7 +64,7 @@ def test_malformed_messages_are_dead_lettered_with_their_reason_while_good_tasks
             pipe.xadd(queue, fields)
         for (kind, _, reason), queue, entry_id in zip(bad, queues, pipe.execute(), strict=True):
             expected[(queue, entry_id)] = (kind, reason)
-        wait_until(lambda: rclient.xlen(keys.dead) == BAD and count_done(good) == GOOD, 120)
+        wait_until(lambda: rclient.xlen(keys.dead) == BAD and count_ended(good) == GOOD, 120)
         wait_until(lambda: stream_state(rclient, keys)["pending"] == 0, 30)
         fleet.assert_alive()
         assert {n: p.pid for n, p in fleet.procs.items()} == pids

@@ -14,6 +14,7 @@ from tests.procs import PrivateRedis
 from tests.reliability.support import (
     Fleet,
     count_done,
+    count_ended,
     create_completion_table,
     enqueue_recorded,
     exactly_once,
@@ -45,7 +46,7 @@ def test_a_fleet_runs_through_a_graceful_and_a_killed_redis_restart(settings, db
             wait_until(lambda: count_done(ids) >= 120, 60)
             at_kill = count_done(ids)
             restart_redis(server, graceful=False)
-            wait_until(lambda: count_done(ids) == TASKS, 90)
+            wait_until(lambda: count_ended(ids) == TASKS, 90)
             wait_until(lambda: stream_state(client, keys)["pending"] == 0, 30)
             fleet.assert_alive()
             counts = exactly_once(ids, crashed=set())
