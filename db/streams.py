@@ -110,12 +110,12 @@ return id
 
 _RENEW = """
 -- KEYS: streams (one per entry); ARGV: group, consumer, entry ids (one per key)
--- returns per entry: 1 renewed, 0 owned by another consumer, -1 gone
+-- returns per entry: 1 renewed, 0 owned by another consumer, -1 gone (its stream or group too)
 local out = {}
 for i = 1, #KEYS do
   local id = ARGV[i + 2]
-  local p = redis.call('XPENDING', KEYS[i], ARGV[1], id, id, 1)
-  if not p[1] then out[i] = -1
+  local p = redis.pcall('XPENDING', KEYS[i], ARGV[1], id, id, 1)
+  if p['err'] or not p[1] then out[i] = -1
   elseif p[1][2] ~= ARGV[2] then out[i] = 0
   else
     redis.call('XCLAIM', KEYS[i], ARGV[1], ARGV[2], 0, id, 'JUSTID')

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+import redis
 import trio
 
 from db.streams import RETRYABLE_REDIS_ERRORS, Streams
@@ -85,6 +86,12 @@ class LeaseKeeper:
             # per outage, however many loops notice it).
             self._failed += 1
             self.outage.failed(exc)
+            return {}
+        except (
+            redis.ResponseError
+        ) as exc:  # e.g. NOGROUP after Redis lost its data: the read loop recreates it
+            self._failed += 1
+            log.warning("lease renewal refused: %s", exc)
             return {}
         self._renewals += 1
         verdict = dict(zip(keys, results, strict=True))

@@ -105,6 +105,9 @@ class Reconciler:
         except RETRYABLE_REDIS_ERRORS as exc:
             self.redis_outage.failed(exc)
             return None
+        except redis.ResponseError as exc:
+            log.warning("reconcile pass refused by Redis: %s", exc)
+            return None
         if report is not None and report.changed:
             log.warning(
                 "reconciled: %d task(s) published again (%d of them running under a dead owner), "

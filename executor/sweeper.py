@@ -113,6 +113,11 @@ class Sweeper:
         except RETRYABLE_REDIS_ERRORS as exc:
             self.outage.failed(exc)  # the read loop reports when Redis is back
             return []
+        except (
+            redis.ResponseError
+        ) as exc:  # e.g. NOGROUP after Redis lost its data: the read loop recreates it
+            log.warning("reclaim sweep refused: %s", exc)
+            return []
         if found is None:
             return []
         entries = [e for e in found if e.key not in self.book.entries]  # ours already: left as is
@@ -156,5 +161,8 @@ class Sweeper:
             self._release(keys=[lock], args=[token])
 
     def _redis_uptime_s(self) -> float:
-        info = self.client.info("server")
+        try:
+            info = self.client.info("server")
+        except redis.ResponseError:  # INFO refused (a managed Redis): assume it has been up
+            return float("inf")
         return float(info.get("uptime_in_seconds", 0))
