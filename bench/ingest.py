@@ -230,7 +230,11 @@ def main(argv: list[str] | None = None) -> int:
         f"raw CPU: {raw_cpu:.1f} s, {1000 * raw_cpu / len(contents):.1f} ms a chunk; this process's RSS {me.memory_info().rss / 2**20:.0f} MiB"
     )
     print(
-        f"ratio end to end / raw: {e2e_rate / raw_rate:.2f} (goal ≥ 0.9); CPU raw / executor: {raw_cpu / executor_cpu:.2f}"
+        f"ratio end to end / raw: {e2e_rate / raw_rate:.2f} (goal ≥ 0.9); per CPU second: {raw_cpu / executor_cpu:.2f}"
+    )
+    print(
+        f"cores used on average: executor {executor_cpu / elapsed:.2f}, raw {raw_cpu / raw_s:.2f} of "
+        f"{os.cpu_count()} (on a shared machine either phase may get less)"
     )
     print(
         f"executor peak RSS: {rss.peak_main / 2**20:.0f} MiB; parse workers' peak: {rss.peak_children / 2**20:.0f} MiB"
