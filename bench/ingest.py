@@ -245,6 +245,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.keep:
         close_database()
         drop_database(settings.db_url)
+        client = connect(settings.redis_url)
+        leftover = list(client.scan_iter(match=f"{PREFIX}:*", count=1000))
+        if leftover:
+            client.delete(*leftover)
+        client.close()
     return 0
 
 
