@@ -315,21 +315,19 @@ def _hold(
                 [*ids, True],
             ).fetchall()
         }
-        now = now_ms()
+        now, p = now_ms(), sql.param()
+        # by the primary key only: through the status index MariaDB would lock the gap after the
+        # row, and a producer's insert of a queued task would wait for this transaction
+        hint = " FORCE INDEX (PRIMARY)" if is_mysql() else ""
+        update = (
+            f"UPDATE {Task._meta.table_name}{hint} SET status = {p}, owner = {p}, strike_id = {p},"
+            f" progress_msg = {p}, update_time = {p} WHERE id = {p} AND status = {p} AND attempt = {p}"
+        )
         for entry, msg, task_type, rule in items:
             row = rows[msg["id"]][0]
-            held = (
-                rule.id in active
-                and Task.update(
-                    status=HELD,
-                    owner="",
-                    strike_id=rule.id,
-                    progress_msg=append_line(row.get("progress_msg") or "", f"held by {rule.describe()}"),
-                    update_time=now,
-                )
-                .where((Task.id == row["id"]) & (Task.status == QUEUED) & (Task.attempt == row["attempt"]))
-                .execute()
-            )
+            line = append_line(row.get("progress_msg") or "", f"held by {rule.describe()}")
+            params = [HELD, "", rule.id, line, now, row["id"], QUEUED, row["attempt"]]
+            held = rule.id in active and sql.execute(update, params).rowcount
             if held:
                 plan.hold(entry, row["id"], task_type, rule, {"doc_id": row.get("doc_id") or ""})
             else:

@@ -10,22 +10,25 @@ import orjson
 import trio
 
 from db.bulk import bulk_insert_into_db
-from db.database import connection
-from db.models import DONE, HELD, RUNNING, Document, KnowledgeBase
+from db.database import connection, unit
+from db.models import DONE, HELD, RUNNING, Document, KnowledgeBase, Strike
 from db.streams import Entry
 from executor.claim import ClaimRules, validate_and_claim
 from ingest.strikes import Rule, list_strikes, read_mirror, restore, strike
 from tests.executor.support import all_in, enqueue, new_id, rows, running_daemon, task_spec
 from tests.helpers import await_until
 from tests.observe import scrape, total
-from tests.procs import free_port
+from tests.procs import PrivateRedis, free_port
 
 
 def _documents(kb_id: str, doc_type: str, n: int) -> list[str]:
     ids = [new_id() for _ in range(n)]
     bulk_insert_into_db(
         Document,
-        [{"id": d, "kb_id": kb_id, "name": f"{d[:8]}.{doc_type}", "doc_type": doc_type, "size": 10} for d in ids],
+        [
+            {"id": d, "kb_id": kb_id, "name": f"{d[:8]}.{doc_type}", "doc_type": doc_type, "size": 10}
+            for d in ids
+        ],
     )
     return ids
 
@@ -38,7 +41,9 @@ async def _until_rules(daemon, count: int, within_s: float) -> float:
     return time.monotonic() - began
 
 
-async def test_a_strike_holds_matching_tasks_only_and_restore_runs_them(xsettings, streams, rclient, keys, db):
+async def test_a_strike_holds_matching_tasks_only_and_restore_runs_them(
+    xsettings, streams, rclient, keys, db
+):
     port = free_port()
     settings = xsettings.replace(metrics_port=port)
     kb_id = new_id()
@@ -71,7 +76,9 @@ async def test_a_strike_holds_matching_tasks_only_and_restore_runs_them(xsetting
         assert await trio.to_thread.run_sync(lambda: list_strikes(settings)) == []
     mirror = read_mirror(rclient, keys)
     assert mirror.version == 2 and mirror.rules == []
-    assert all(r["strike_id"] == 0 and "released: strike #" in r["progress_msg"] for r in rows(held_ids).values())
+    assert all(
+        r["strike_id"] == 0 and "released: strike #" in r["progress_msg"] for r in rows(held_ids).values()
+    )
 
 
 async def test_a_task_type_strike_holds_every_task_of_that_type(xsettings, streams, db):
@@ -89,9 +96,27 @@ def test_a_rule_lifted_after_the_executor_loaded_it_holds_nothing(xsettings, str
     restore(xsettings, "noop")  # the executor below still has the rule cached
     stale = Rule(made.rule["id"], "noop")
     (tid,) = enqueue(streams, [task_spec("noop")], publish=False)
-    entry = Entry(f"{xsettings.key_prefix}:queue:0", "1-0", orjson.dumps({"id": tid, "task_type": "noop"}).decode())
+    entry = Entry(
+        f"{xsettings.key_prefix}:queue:0", "1-0", orjson.dumps({"id": tid, "task_type": "noop"}).decode()
+    )
     rules = ClaimRules("host_1", {"noop"}, 3, (), lambda owners: set(), strikes=(stale,))
     with connection():
         plan = validate_and_claim([entry], rules)
     assert [c.task_id for c in plan.claimed] == [tid] and plan.held == []
     assert rows([tid])[tid]["status"] == RUNNING
+
+
+async def test_rules_are_reloaded_after_a_redis_reconnect_and_the_outage_is_counted(xsettings, db, tmp_path):
+    with PrivateRedis(tmp_path) as server:
+        port = free_port()
+        settings = xsettings.replace(redis_url=server.url, metrics_port=port)
+        async with running_daemon(settings, "host_1") as daemon:
+            with unit():  # a rule written while the mirror could not be told (its version never moved)
+                Strike.create(task_type="noop", version=1)
+            await trio.sleep(1.0)
+            assert daemon.strikes.rules == ()  # the version did not move: nothing to reload yet
+            server.kill()
+            await trio.sleep(0.5)
+            server.start()
+            await _until_rules(daemon, 1, within_s=10.0)
+            assert total(scrape(port), "ingest_redis_disruptions_total") > 0
