@@ -16,9 +16,9 @@ Measured here (2 cores shared with other engineers' test runs, load average 2.3â
 documents, 8219 chunks of â‰¤ 192 word pieces, jemalloc: end to end 548 s, 15.0 chunks/s; raw
 encode 378 s, 21.7 chunks/s: 0.69 by the wall clock, but the executor got 1.18 cores on average
 against 1.56 for the raw phase; per CPU second 0.91 (78.5 against 71.8 ms a chunk, parse
-workers included). Executor peak RSS 769 MiB, parse workers 166 MiB (1658 MiB with glibc
-malloc and 16 thread arenas, hence jemalloc as entrypoint.sh preloads it). With 60 documents
-(1106 chunks): 0.99 by the wall clock, 1.00 per CPU second.
+workers included). Executor peak RSS 769 MiB, parse workers 166 MiB; an earlier run with
+glibc malloc peaked at 1658 MiB (per-thread arenas, most likely), hence jemalloc, as
+entrypoint.sh preloads it. With 60 documents (1106 chunks): 0.99 by the wall clock, 1.00 per CPU second.
 """
 
 from __future__ import annotations
