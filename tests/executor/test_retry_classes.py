@@ -11,6 +11,8 @@ import peewee
 import pytest
 import redis
 import trio
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from db.database import make_database
 from executor.runner import retryable
@@ -97,7 +99,7 @@ def test_a_commit_that_lost_its_connection_is_retryable(two_rows):
 def test_an_unreachable_database_or_redis_is_retryable():
     down = make_database(f"mysql://root@127.0.0.1:{free_port()}/nothing", max_connections=1)
     assert retryable(_caught(down.connect))
-    client = redis.Redis(port=free_port(), socket_connect_timeout=1)
+    client = redis.Redis(port=free_port(), socket_connect_timeout=1, retry=Retry(NoBackoff(), 0))
     assert retryable(_caught(client.ping))
     client.close()
 
