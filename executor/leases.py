@@ -87,9 +87,8 @@ class LeaseKeeper:
             self._failed += 1
             self.outage.failed(exc)
             return {}
-        except (
-            redis.ResponseError
-        ) as exc:  # e.g. NOGROUP after Redis lost its data: the read loop recreates it
+        except redis.ResponseError as exc:
+            # e.g. NOGROUP after Redis lost its data: the read loop creates the group again
             self._failed += 1
             log.warning("lease renewal refused: %s", exc)
             return {}

@@ -113,9 +113,8 @@ class Sweeper:
         except RETRYABLE_REDIS_ERRORS as exc:
             self.outage.failed(exc)  # the read loop reports when Redis is back
             return []
-        except (
-            redis.ResponseError
-        ) as exc:  # e.g. NOGROUP after Redis lost its data: the read loop recreates it
+        except redis.ResponseError as exc:
+            # e.g. NOGROUP after Redis lost its data: the read loop creates the group again
             log.warning("reclaim sweep refused: %s", exc)
             return []
         if found is None:
