@@ -26,7 +26,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -66,55 +65,62 @@ class ProbeState:
         return True, ""
 
 
-def redis_pinger(url: str) -> Callable[[], None]:
-    client = redis.Redis.from_url(
-        url, socket_timeout=DEADLINE_S, socket_connect_timeout=DEADLINE_S, retry=Retry(NoBackoff(), 0)
-    )
+class RedisProbe:
+    """``PING`` on a client of the probe's own, without hidden retries."""
 
-    def ping() -> None:
-        client.ping()
+    def __init__(self, url: str) -> None:
+        self.client = redis.Redis.from_url(
+            url, socket_timeout=DEADLINE_S, socket_connect_timeout=DEADLINE_S, retry=Retry(NoBackoff(), 0)
+        )
 
-    return ping
+    def ping(self) -> None:
+        self.client.ping()
+
+    def close(self) -> None:
+        self.client.close()
 
 
-def db_pinger(url: str) -> Callable[[], None]:
+class DatabaseProbe:
     """``SELECT 1`` on a connection of the probe's own, opened again after any failure."""
-    parsed = DbUrl.parse(url)
-    conn: Any = None
 
-    def connect() -> Any:
-        if parsed.kind == "sqlite":
-            return sqlite3.connect(parsed.name, timeout=DEADLINE_S, check_same_thread=False)
+    def __init__(self, url: str) -> None:
+        self.url = DbUrl.parse(url)
+        self.conn: Any = None
+
+    def _connect(self) -> Any:
+        u = self.url
+        if u.kind == "sqlite":
+            return sqlite3.connect(u.name, timeout=DEADLINE_S, check_same_thread=False)
         import pymysql
 
         return pymysql.connect(
-            host=parsed.host,
-            port=parsed.port,
-            user=parsed.user,
-            password=parsed.password,
-            database=parsed.name,
+            host=u.host,
+            port=u.port,
+            user=u.user,
+            password=u.password,
+            database=u.name,
             connect_timeout=DEADLINE_S,
             read_timeout=DEADLINE_S,
             write_timeout=DEADLINE_S,
         )
 
-    def ping() -> None:
-        nonlocal conn
+    def ping(self) -> None:
         try:
-            if conn is None:
-                conn = connect()
-            cur = conn.cursor()
+            if self.conn is None:
+                self.conn = self._connect()
+            cur = self.conn.cursor()
             cur.execute("SELECT 1")
             cur.fetchall()
             cur.close()
         except Exception:
-            if conn is not None:
-                with contextlib.suppress(Exception):  # a broken connection may fail to close
-                    conn.close()
-            conn = None
+            self.close()
             raise
 
-    return ping
+    def close(self) -> None:
+        if self.conn is not None:
+            with contextlib.suppress(Exception):  # a broken connection may fail to close
+                self.conn.close()
+        self.conn = None
 
 
 def _short(exc: BaseException) -> str:
@@ -130,7 +136,7 @@ class Health:
         self.draining = False
         self.loop_tick = time.monotonic()
         self.probes = {"redis": ProbeState(), "database": ProbeState()}
-        self._pingers = {"redis": redis_pinger(redis_url), "database": db_pinger(db_url)}
+        self._probes: dict[str, Any] = {"redis": RedisProbe(redis_url), "database": DatabaseProbe(db_url)}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._server: ThreadingHTTPServer | None = None
@@ -157,12 +163,18 @@ class Health:
             self._threads.append(thread)
 
     def _probe_loop(self, service: str) -> None:
-        state, ping = self.probes[service], self._pingers[service]
+        state, probe = self.probes[service], self._probes[service]
+        try:
+            self._probe(state, probe)
+        finally:
+            probe.close()
+
+    def _probe(self, state: ProbeState, probe: Any) -> None:
         while not self._stop.is_set():
             began = time.monotonic()
             state.started_at = began
             try:
-                ping()
+                probe.ping()
             except Exception as exc:  # noqa: BLE001 - every failure is a verdict, never a crash
                 state.ok, state.error = False, _short(exc)
             else:
