@@ -124,6 +124,7 @@ class Metrics:
             "ingest_embed_batch_size", "Texts per embedding call", mine, buckets=BATCH_BUCKETS, registry=r
         ).labels(consumer)
         self._types: dict[str, _TypeSeries] = {}
+        self._known: frozenset[str] = frozenset()
         self._server: Any = None
         self._thread: Any = None
 
@@ -145,6 +146,7 @@ class Metrics:
         """Create every task type's series at 0, so rates start from the first scrape."""
         for task_type in task_types:
             self._of(task_type)
+        self._known = frozenset(task_types)
 
     # -- events (the trio thread; a worker thread is fine too) ---------------------------------
     def task_started(self, task_type: str, entry_id: str) -> None:
@@ -177,7 +179,9 @@ class Metrics:
             self._of(task_type).counters["stricken"].inc()
 
     def dead_lettered(self, task_type: str) -> None:
-        self._of(task_type).counters["dead_lettered"].inc()
+        """A junk message names any type it likes: only this executor's types get a series."""
+        known = task_type in self._known
+        self._of(task_type if known else "unknown").counters["dead_lettered"].inc()
 
     def redis_disruption(self) -> None:
         self.redis_disruptions.inc()

@@ -21,9 +21,10 @@ async def test_scraped_counters_match_the_tasks_run(xsettings, streams, keys, db
     )
     ids = enqueue(streams, specs)
     streams.client.xadd(keys.queue(0), {"message": "not json"})
+    enqueue(streams, [task_spec("made-up")])  # an unknown type: its row dead, its message dead-lettered
     async with running_daemon(settings, "host_1") as daemon:
         await await_until(lambda: all_in(ids, DONE, FAILED), 20)
-        await await_until(lambda: daemon.finisher.dead_lettered == 1 and not daemon.finisher.backlog, 10)
+        await await_until(lambda: daemon.finisher.dead_lettered == 2 and not daemon.finisher.backlog, 10)
         text = scrape(port)
     n = len(ids)
     assert total(text, "ingest_tasks_started_total") == n
@@ -32,14 +33,18 @@ async def test_scraped_counters_match_the_tasks_run(xsettings, streams, keys, db
     assert total(text, "ingest_tasks_failed_total") == 3
     assert total(text, "ingest_tasks_failed_total", task_type="fail") == 2
     assert total(text, "ingest_tasks_retried_total", task_type="flaky") == 1
-    assert total(text, "ingest_tasks_dead_lettered_total", task_type="unknown") == 1
+    assert (
+        total(text, "ingest_tasks_dead_lettered_total", task_type="unknown") == 2
+    )  # no series per junk type
     assert total(text, "ingest_task_duration_seconds_count") == n
     assert total(text, "ingest_task_start_latency_seconds_count") == n
     assert total(text, "ingest_tasks_running") == 0
     for name in ("stricken", "cancelled", "timed_out", "handed_back"):  # declared at 0 for each type
         assert total(text, f"ingest_tasks_{name}_total", task_type="noop") == 0
     assert total(text, "ingest_strikes_in_effect") == 0
-    assert total(text, "ingest_redis_disruptions_total") == 0 and total(text, "ingest_db_disruptions_total") == 0
+    assert (
+        total(text, "ingest_redis_disruptions_total") == 0 and total(text, "ingest_db_disruptions_total") == 0
+    )
     labels = {dict(lab).get("priority") for (name, lab) in samples(text) if name == "ingest_queue_depth"}
     assert labels == {"0", "1"}
     assert all("task_id" not in dict(lab) for _, lab in samples(text))
