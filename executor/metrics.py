@@ -11,7 +11,9 @@ them, refreshed off the hot path every few seconds in one pipelined call: ``inge
 ``priority``, ``ingest_dead_letters``; ``ingest_strikes_in_effect``. Counters
 ``ingest_redis_disruptions`` and ``ingest_db_disruptions`` (failed calls that were then
 retried), ``ingest_chunks_embedded``; histogram ``ingest_embed_batch_size``.
-Never a task id as a label.
+Never a task id as a label. The per-task series are plain numbers that only the trio thread
+writes (an increment is an attribute add, no lock), exposed by a collector at scrape time; the
+rest are prometheus-client's own.
 
 With the port at 0 the daemon uses :data:`NO_METRICS`, whose methods do nothing.
 """
@@ -19,13 +21,17 @@ With the port at 0 the daemon uses :data:`NO_METRICS`, whose methods do nothing.
 from __future__ import annotations
 
 import logging
+import math
 import time
-from dataclasses import dataclass
+from bisect import bisect_left
+from collections.abc import Iterator
 from typing import Any
 
 import redis
 import trio
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.utils import floatToGoString
 
 from db.keys import Keys
 
@@ -46,6 +52,7 @@ COUNTERS = (
     ("timed_out", "Tasks that ran past the task timeout (also counted as failed)"),
     ("handed_back", "Running tasks handed back to their stream at shutdown"),
 )
+COUNTER_NAMES = tuple(name for name, _ in COUNTERS)
 OUTCOME_COUNTER = {
     "done": "succeeded",
     "failed": "failed",
@@ -60,14 +67,67 @@ def entry_time_s(entry_id: str) -> float | None:
     return int(head) / 1000.0 if head.isdigit() else None
 
 
-@dataclass(slots=True)
 class _TypeSeries:
-    """The children of every per-task-type series (``labels()`` once, not per task)."""
+    """One task type's counters, running count and histograms as plain numbers, written by the
+    trio thread only (no lock: an increment is an attribute add) and read at scrape time."""
 
-    counters: dict[str, Any]
-    duration: Any
-    latency: Any
-    running: Any
+    __slots__ = ("counts", "running", "duration", "duration_sum", "latency", "latency_sum")
+
+    def __init__(self) -> None:
+        self.counts = dict.fromkeys(COUNTER_NAMES, 0)
+        self.running = 0
+        self.duration = [0] * (len(DURATION_BUCKETS) + 1)  # per bucket, the last one +Inf
+        self.duration_sum = 0.0
+        self.latency = [0] * (len(LATENCY_BUCKETS) + 1)
+        self.latency_sum = 0.0
+
+
+def _histogram(
+    family: HistogramMetricFamily,
+    labels: list[str],
+    bounds: tuple[float, ...],
+    counts: list[int],
+    total: float,
+) -> None:
+    buckets, running = [], 0
+    for bound, count in zip((*bounds, math.inf), counts, strict=True):
+        running += count
+        buckets.append((floatToGoString(bound), running))
+    family.add_metric(labels, buckets, total)
+
+
+class _TaskSeriesCollector:
+    """Exposes every :class:`_TypeSeries` of a :class:`Metrics` (prometheus-client's custom collector)."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Any]:
+        m = self.metrics
+        series = list(m._types.items())  # a snapshot: the trio thread may add a type meanwhile
+        by_type = ["executor", "task_type"]
+        for name, text in COUNTERS:
+            family = CounterMetricFamily(f"ingest_tasks_{name}", text, labels=by_type)
+            for task_type, s in series:
+                family.add_metric([m.consumer, task_type], s.counts[name])
+            yield family
+        running = GaugeMetricFamily("ingest_tasks_running", "Tasks running now", labels=by_type)
+        duration = HistogramMetricFamily(
+            "ingest_task_duration_seconds", "Time from a task's start to its end", labels=by_type
+        )
+        latency = HistogramMetricFamily(
+            "ingest_task_start_latency_seconds",
+            "Time from a task's publish (its stream entry) to its start",
+            labels=by_type,
+        )
+        for task_type, s in series:
+            labels = [m.consumer, task_type]
+            running.add_metric(labels, s.running)
+            _histogram(duration, labels, DURATION_BUCKETS, list(s.duration), s.duration_sum)
+            _histogram(latency, labels, LATENCY_BUCKETS, list(s.latency), s.latency_sum)
+        yield running
+        yield duration
+        yield latency
 
 
 class Metrics:
@@ -78,25 +138,8 @@ class Metrics:
     def __init__(self, consumer: str) -> None:
         self.consumer = consumer
         self.registry = CollectorRegistry()
-        r, by_type = self.registry, ("executor", "task_type")
-        self._counters = {
-            name: Counter(f"ingest_tasks_{name}", text, by_type, registry=r) for name, text in COUNTERS
-        }
-        self._duration = Histogram(
-            "ingest_task_duration_seconds",
-            "Time from a task's start to its end",
-            by_type,
-            buckets=DURATION_BUCKETS,
-            registry=r,
-        )
-        self._latency = Histogram(
-            "ingest_task_start_latency_seconds",
-            "Time from a task's publish (its stream entry) to its start",
-            by_type,
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self._running = Gauge("ingest_tasks_running", "Tasks running now", by_type, registry=r)
+        r = self.registry
+        r.register(_TaskSeriesCollector(self))
         by_prio = ("executor", "priority")
         self.queue_depth = Gauge(
             "ingest_queue_depth", "Entries in a priority stream (waiting or pending)", by_prio, registry=r
@@ -132,14 +175,7 @@ class Metrics:
     def _of(self, task_type: str) -> _TypeSeries:
         series = self._types.get(task_type)
         if series is None:
-            labels = (self.consumer, task_type)
-            series = _TypeSeries(
-                {name: c.labels(*labels) for name, c in self._counters.items()},
-                self._duration.labels(*labels),
-                self._latency.labels(*labels),
-                self._running.labels(*labels),
-            )
-            self._types[task_type] = series
+            series = self._types[task_type] = _TypeSeries()
         return series
 
     def declare(self, task_types: list[str]) -> None:
@@ -148,40 +184,43 @@ class Metrics:
             self._of(task_type)
         self._known = frozenset(task_types)
 
-    # -- events (the trio thread; a worker thread is fine too) ---------------------------------
+    # -- events (the trio thread only: plain adds) -----------------------------------------------
     def task_started(self, task_type: str, entry_id: str) -> None:
         s = self._of(task_type)
-        s.counters["started"].inc()
-        s.running.inc()
+        s.counts["started"] += 1
+        s.running += 1
         published = entry_time_s(entry_id)
         if published is not None:
-            s.latency.observe(max(0.0, time.time() - published))
+            latency = max(0.0, time.time() - published)
+            s.latency[bisect_left(LATENCY_BUCKETS, latency)] += 1
+            s.latency_sum += latency
 
     def task_left_slot(self, task_type: str) -> None:
-        self._of(task_type).running.dec()
+        self._of(task_type).running -= 1
 
     def task_ended(self, task_type: str, kind: str, duration_s: float) -> None:
         """``kind``: the finisher's outcome kind (done, failed, cancel, handback, lost)."""
         s = self._of(task_type)
         counter = OUTCOME_COUNTER.get(kind)
         if counter is not None:
-            s.counters[counter].inc()
-        s.duration.observe(duration_s)
+            s.counts[counter] += 1
+        s.duration[bisect_left(DURATION_BUCKETS, duration_s)] += 1
+        s.duration_sum += duration_s
 
     def task_timed_out(self, task_type: str) -> None:
-        self._of(task_type).counters["timed_out"].inc()
+        self._of(task_type).counts["timed_out"] += 1
 
     def task_retried(self, task_type: str) -> None:
-        self._of(task_type).counters["retried"].inc()
+        self._of(task_type).counts["retried"] += 1
 
     def tasks_stricken(self, task_types: list[str]) -> None:
         for task_type in task_types:
-            self._of(task_type).counters["stricken"].inc()
+            self._of(task_type).counts["stricken"] += 1
 
     def dead_lettered(self, task_type: str) -> None:
         """A junk message names any type it likes: only this executor's types get a series."""
         known = task_type in self._known
-        self._of(task_type if known else "unknown").counters["dead_lettered"].inc()
+        self._of(task_type if known else "unknown").counts["dead_lettered"] += 1
 
     def redis_disruption(self) -> None:
         self.redis_disruptions.inc()
