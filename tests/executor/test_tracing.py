@@ -56,7 +56,7 @@ async def test_each_task_is_one_span_with_its_children_and_status(xsettings, str
     assert tasks[parse].name == "ingest.task.parse"
     attrs = tasks[parse].attributes
     assert attrs["ingest.executor"] == "host_1" and attrs["ingest.delivery_count"] == 1
-    assert attrs["ingest.doc_id"] and attrs["ingest.kb_id"] and attrs["ingest.attempt"] == 1
+    assert attrs["ingest.doc_id"] and attrs["ingest.kb_id"] and attrs["ingest.task_id"] == parse
     assert all(tasks[t].status.status_code == StatusCode.OK for t in [*ok, parse])
     assert tasks[bad].status.status_code == StatusCode.ERROR
     assert "traced failure" in tasks[bad].status.description
