@@ -19,8 +19,8 @@ the medians, with the executor's CPU time a task (from its first heartbeat to th
 Measured here (2 shared cores, N=5000, 5 runs each way; sessions differ a lot with the others'
 load): metrics alone cost nothing measurable (~1.3 µs a task, within the noise); recording a span
 for every no-op task costs the OpenTelemetry SDK some 40-75 µs of CPU a task in place (its
-``start_span`` and ``end``), so the drain with both on ran 7 %, 9 %, 12 %, 14 %, 17 % and 28 %
-below the drain with both off in six sessions; with head sampling
+``start_span`` and ``end``), so the drain with both on ran 7, 9, 12, 14, 15, 17 and 28 %
+below the drain with both off in seven sessions; with head sampling
 (``OTEL_TRACES_SAMPLER=parentbased_traceidratio OTEL_TRACES_SAMPLER_ARG=0.1``) 8 % below. A
 real task (parse: hundreds of ms) does not notice either.
 A benchmark, not a test: the machine is shared, so read ratios, not absolute figures.
