@@ -46,10 +46,11 @@ def test_entrypoint_runs_restarts_and_stops_executors(settings, tmp_path):
             "WS": "2",
         }
     )
-    log = open(tmp_path / "entrypoint.log", "wb")
-    proc = subprocess.Popen(
-        [str(ROOT / "entrypoint.sh"), "--host-id", "eph"], env=env, stdout=log, stderr=subprocess.STDOUT
-    )
+    log_path = tmp_path / "entrypoint.log"
+    with open(log_path, "wb") as log:  # the child keeps its own descriptor
+        proc = subprocess.Popen(
+            [str(ROOT / "entrypoint.sh"), "--host-id", "eph"], env=env, stdout=log, stderr=subprocess.STDOUT
+        )
     try:
         beats = wait_until(lambda: len(b := _heartbeats(client, keys)) == 2 and b, timeout_s=60)
         assert set(beats) == {"eph_0", "eph_1"}
@@ -68,7 +69,6 @@ def test_entrypoint_runs_restarts_and_stops_executors(settings, tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-        log.close()
         client.close()
-    text = (tmp_path / "entrypoint.log").read_text()
+    text = log_path.read_text()
     assert "restarting" in text and "all executors stopped" in text

@@ -10,7 +10,7 @@ from pathlib import Path
 from ingest.cli import main
 from tests.ingest.factories import cli_args
 
-DSL = json.loads((Path(__file__).resolve().parents[2] / "examples" / "dataflow.json").read_text())
+DSL = json.loads((Path(__file__).resolve().parents[2] / "docs" / "dataflow-example.json").read_text())
 
 
 def test_dataflows_are_created_once_listed_shown_and_replaced(settings, tmp_path, capsys):

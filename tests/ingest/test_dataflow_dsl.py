@@ -125,6 +125,6 @@ def test_create_refuses_an_invalid_dsl_and_stores_nothing(settings, tmp_path, ca
 
 def test_the_readme_example_is_a_valid_dataflow():
     root = Path(__file__).resolve().parents[2]
-    example = (root / "examples" / "dataflow.json").read_text()
+    example = (root / "docs" / "dataflow-example.json").read_text()
     assert parse_dsl(json.loads(example)).order[-1] == "index"
     assert example.strip() in (root / "README.md").read_text()
