@@ -15,6 +15,7 @@ ensure_packages() {
   command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || missing+=(mariadb-server)
   command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
   # prometheus and promtool: the metrics tests run a real Prometheus and check the exposition
+  "$PY" -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
   { command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; } || missing+=(prometheus)
   if [ ${#missing[@]} -gt 0 ]; then
     echo "setup: installing ${missing[*]}" >&2
@@ -52,7 +53,9 @@ ensure_venv() {
   local pip="$VENV/bin/pip"
   local stamp="$VENV/.installed-$(cat pyproject.toml | sha1sum | cut -c1-12)"
   if [ -f "$stamp" ]; then return; fi
-  "$pip" install -q --disable-pip-version-check "torch==2.13.0"
+  # This machine kind's pip finds the CPU wheel of torch 2.13.0 locally; elsewhere set
+  # TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu or PyPI sends the CUDA build.
+  "$pip" install -q --disable-pip-version-check ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==2.13.0"
   "$pip" install -q --disable-pip-version-check -e ".[test]"
   touch "$stamp"
 }

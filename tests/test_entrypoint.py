@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import orjson
@@ -15,6 +18,8 @@ import psutil
 from db.keys import Keys
 from db.streams import connect
 from tests.helpers import wait_until
+from tests.observe import wait_health
+from tests.procs import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,9 +34,7 @@ def _heartbeats(client, keys: Keys) -> dict[str, dict]:
     return out
 
 
-def test_entrypoint_runs_restarts_and_stops_executors(settings, tmp_path):
-    keys = Keys(settings.key_prefix)
-    client = connect(settings.redis_url)
+def _env(settings, **extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
         {
@@ -44,8 +47,31 @@ def test_entrypoint_runs_restarts_and_stops_executors(settings, tmp_path):
             "INGEST_SHUTDOWN_GRACE_S": "2",
             "RESTART_BACKOFF_MIN_S": "0.2",
             "WS": "2",
+            **extra,
         }
     )
+    return env
+
+
+def _free_base(offsets: tuple[int, ...]) -> int:
+    """A port ``base`` such that ``base + o`` is free for every offset."""
+    for _ in range(50):
+        base = free_port()
+        try:
+            with contextlib.ExitStack() as stack:
+                for o in offsets:
+                    sock = stack.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", base + o))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError("no free port range")
+
+
+def test_entrypoint_runs_restarts_and_stops_executors(settings, tmp_path):
+    keys = Keys(settings.key_prefix)
+    client = connect(settings.redis_url)
+    env = _env(settings)
     log_path = tmp_path / "entrypoint.log"
     with open(log_path, "wb") as log:  # the child keeps its own descriptor
         proc = subprocess.Popen(
@@ -72,3 +98,40 @@ def test_entrypoint_runs_restarts_and_stops_executors(settings, tmp_path):
         client.close()
     text = log_path.read_text()
     assert "restarting" in text and "all executors stopped" in text
+
+
+def test_consumer_numbers_and_ports_are_base_plus_n(settings, tmp_path):
+    """``--consumer-no-beg 2 --consumer-no-end 4``: executors 2 and 3, each serving health and
+    metrics on the base port plus its number."""
+    keys = Keys(settings.key_prefix)
+    client = connect(settings.redis_url)
+    health, metrics = _free_base((2, 3)), _free_base((2, 3))
+    env = _env(settings, INGEST_HEALTHCHECK_PORT=str(health), INGEST_METRICS_PORT=str(metrics))
+    with open(tmp_path / "entrypoint.log", "wb") as log:
+        proc = subprocess.Popen(
+            [
+                str(ROOT / "entrypoint.sh"),
+                "--host-id",
+                "epn",
+                "--consumer-no-beg",
+                "2",
+                "--consumer-no-end",
+                "4",
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        beats = wait_until(lambda: len(b := _heartbeats(client, keys)) == 2 and b, timeout_s=60)
+        assert set(beats) == {"epn_2", "epn_3"}
+        for n in (2, 3):
+            assert wait_health(health + n, 200)["executor"] == f"epn_{n}"
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics + n}/metrics", timeout=5) as resp:
+                assert f'executor="epn_{n}"' in resp.read().decode()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        client.close()

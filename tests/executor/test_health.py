@@ -28,7 +28,10 @@ def _fleet_reasons(settings) -> list[str]:
 
 
 def test_503_with_the_reason_while_redis_or_the_database_is_down_then_200(xsettings, db, tmp_path):
-    with PrivateRedis(tmp_path) as server, TcpProxy(DbUrl.parse(xsettings.db_url).port) as proxy:
+    with (
+        PrivateRedis(tmp_path) as server,
+        TcpProxy(DbUrl.parse(xsettings.db_url).port, DbUrl.parse(xsettings.db_url).host) as proxy,
+    ):
         port = free_port()
         settings = xsettings.replace(
             redis_url=server.url,
@@ -39,7 +42,9 @@ def test_503_with_the_reason_while_redis_or_the_database_is_down_then_200(xsetti
         with ExecutorProcess(settings, "host_1", tmp_path / "x.log") as proc:
             proc.wait_ready()
             body = wait_health(port, 200)
-            assert body["status"] == "ok" and body["checks"]["redis"]["ok"] and body["checks"]["database"]["ok"]
+            assert (
+                body["status"] == "ok" and body["checks"]["redis"]["ok"] and body["checks"]["database"]["ok"]
+            )
             assert wait_until(lambda: proc.heartbeat()["health"]["ok"], 10)
 
             server.kill()
@@ -62,6 +67,8 @@ def test_503_with_the_reason_while_redis_or_the_database_is_down_then_200(xsetti
     for service in ("redis", "database"):  # each outage: one line when it begins, one when it ends
         began = sum(m.startswith(f"{service} unreachable") for m in messages)
         ended = sum(m.startswith(f"{service} back after") for m in messages)
+        # an idle executor may make no database call while the proxy is down (the health probe's
+        # SELECT 1 is not an outage of the work path), so only Redis must have logged one
         assert began == ended and (began >= 1 or service == "database"), messages
 
 

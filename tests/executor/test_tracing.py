@@ -88,6 +88,7 @@ def test_without_opentelemetry_the_executor_needs_none_of_it():
         "assert not tracing.installed()\n"
         "assert tracing.for_settings('auto') is tracing.for_settings('off') is tracing.NO_TRACING\n"
         "try:\n    tracing.for_settings('otlp')\nexcept RuntimeError as exc:\n    assert 'otel extra' in str(exc)\n"
+        "else:\n    raise SystemExit('otlp did not refuse without the otel extra')\n"
         "with tracing.span('parse'): pass\n"
         "tracing.record_span('chunk', 0.0, 1.0)\n"
         "print('ok')\n"

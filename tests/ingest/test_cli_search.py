@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from ingest.cli import main
 from ingest.producer import submit_documents
 from tests.ingest.factories import cli_args
@@ -17,7 +15,6 @@ def test_search_of_an_unknown_kb_exits_1_with_one_line(settings, capsys):
 
 
 def test_search_of_a_kb_with_nothing_embedded_yet_prints_no_hits(settings, capsys):
-    pytest.importorskip("ingest.search")
     submit_documents(settings, [("a.txt", b"x")], "kb1")
     assert main(["search", "--kb", "kb1", "anything", "--json", *cli_args(settings)]) == 0
     assert json.loads(capsys.readouterr().out) == []

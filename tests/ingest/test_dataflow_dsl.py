@@ -15,6 +15,7 @@ from db.database import unit
 from db.models import Dataflow
 from ingest.cli import main
 from ingest.dataflow.dsl import DslError, parse_dsl
+from tests.ingest.factories import cli_args
 
 VALID = {
     "description": "Markdown by headings, with keywords",
@@ -116,7 +117,7 @@ def test_create_refuses_an_invalid_dsl_and_stores_nothing(settings, tmp_path, ca
     dsl, message = INVALID[case]
     path = tmp_path / "flow.json"
     path.write_text(json.dumps(dsl))
-    code = main(["dataflow", "create", "flow", "--dsl", str(path), "--db-url", settings.db_url])
+    code = main(["dataflow", "create", "flow", "--dsl", str(path), *cli_args(settings)])
     err = capsys.readouterr().err
     assert code == 1 and err.startswith("ingest: invalid dataflow: ") and message in err
     with unit():
