@@ -306,7 +306,7 @@ class Collector:
         for stream in self.keys.queues:
             after = "0"
             while not self.stopping:
-                await self.book.wait_idle()
+                await self._idle_or_stopped()
                 if self.stopping:
                     break
                 entries = await self._redis(self.read_own, stream, after, 1)
@@ -315,13 +315,19 @@ class Collector:
                 after = entries[-1].entry_id
                 taken += len(entries)
                 await self.dispatch(entries)
-        await self.book.wait_idle()
+        await self._idle_or_stopped()
         if taken:
             log.info(
                 "took over %d pending entr%s of this consumer, one at a time",
                 taken,
                 "y" if taken == 1 else "ies",
             )
+
+    async def _idle_or_stopped(self) -> None:
+        """Until nothing runs here, or reading stopped: a drain does not wait for a taken-over
+        task (hours, maybe); the grace period and the hand-back apply to it as to any other."""
+        while (self.book.reserved > 0 or self.book.running) and self.book.reading:
+            await self.book.wait_changed()
 
     def _orphan_check_due(self) -> bool:
         return time.monotonic() - self._last_orphan_check >= ORPHAN_CHECK_S

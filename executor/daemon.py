@@ -301,9 +301,11 @@ class Daemon:
         grace = self.settings.shutdown_grace_s
         log.info("draining: stop reading, %d task(s) running, grace %g s", len(self.book.running), grace)
         self.collector.stop()
-        await collected.wait()
-        with trio.move_on_after(0 if self._hurry else grace) as self._grace:
+        with trio.move_on_after(0 if self._hurry else grace) as self._grace:  # from the stop request
+            await collected.wait()
             await self.book.wait_idle()
+        # the read loop ends soon whatever still runs; once it has, no run starts after the hand-back
+        await collected.wait()
         if self.book.running:
             log.info("grace period over: handing back %d task(s)", len(self.book.running))
             for task_id in self.book.running_ids():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import time
 
 from db.models import DONE, QUEUED, RUNNING
 from tests.executor.support import enqueue, row, statuses, task_spec
@@ -45,3 +46,30 @@ def test_a_second_signal_skips_the_rest_of_the_grace_period(xsettings, streams, 
         proc.signal(signal.SIGTERM)
         assert proc.wait(10) == 0
     assert row(tid)["status"] == QUEUED and row(tid)["handback_count"] == 1
+
+
+def test_sigterm_during_the_start_up_takeover_hands_the_taken_over_task_back_within_the_grace(
+    xsettings, streams, rclient, keys, db, tmp_path
+):
+    settings = xsettings.replace(shutdown_grace_s=1.0)
+    (tid,) = enqueue(streams, [task_spec("sleep_first_attempt", seconds=60)])
+    # host_1's previous life read the entry and died before its claim: pending under host_1
+    rclient.xreadgroup(keys.group, "host_1", {keys.queue(0): ">"}, count=10)
+    with ExecutorProcess(settings, "host_1", tmp_path / "a.log") as first:
+        first.wait_ready()
+        wait_until(lambda: row(tid)["status"] == RUNNING, 15)  # taken over: runs alone, 60 s
+        asked = time.monotonic()
+        first.signal(signal.SIGTERM)
+        assert first.wait(30) == 0
+        exit_s = time.monotonic() - asked
+        log = first.log()
+    assert exit_s < settings.shutdown_grace_s + 5, log
+    back = row(tid)
+    assert back["status"] == QUEUED and back["handback_count"] == 1 and back["attempt"] == 1, log
+    assert "handed back: row queued, entry re-published" in log
+    with ExecutorProcess(settings, "host_2", tmp_path / "b.log") as second:
+        second.wait_ready()
+        wait_until(lambda: row(tid)["status"] == DONE, 15)
+        assert second.stop() == 0
+    done = row(tid)
+    assert done["owner"] == "host_2" and done["attempt"] == 2 and done["handback_count"] == 1
