@@ -267,22 +267,6 @@ def _parse_pdf(data: bytes, from_page: int, to_page: int) -> list[Section]:
         pdf.close()
 
 
-def pdf_page_count(data: bytes) -> int:
-    """Pages of a PDF (the producer splits tasks by it); BadDocument when unreadable."""
-    import pypdfium2 as pdfium
-
-    if b"%PDF-" not in data[:1024]:
-        raise BadDocument("not a PDF: the %PDF- header is missing")
-    try:
-        pdf = pdfium.PdfDocument(data)
-    except pdfium.PdfiumError as exc:
-        raise BadDocument(f"unreadable PDF: {exc}") from None
-    try:
-        return len(pdf)
-    finally:
-        pdf.close()
-
-
 # ---------------------------------------------------------------------------- DOCX
 
 

@@ -39,10 +39,11 @@ from ingest.documents import lock_documents, recompute_documents
 from ingest.errors import NotFound, PublishError
 from ingest.lines import line
 from ingest.parser_config import DEFAULT_PARSER_CONFIG, document_config, new_kb_config
+from ingest.pdfpages import PageCounter
 from ingest.publish import publish_messages, task_message
 from ingest.reuse import apply_reuse
-from ingest.sources import Refusal, Source, count_pdf_pages, read_sources
-from ingest.storage import location_for, open_storage
+from ingest.sources import Refusal, Source, read_sources
+from ingest.storage import Storage, location_for, open_storage
 
 __all__ = [
     "DEFAULT_PARSER_CONFIG",
@@ -111,7 +112,7 @@ class _Staged:
     content_hash: str
     doc_type: str
     location: str
-    page_count: int | None  # None: not a PDF, or pdfium could not open it
+    page_count: int | None  # None: not a PDF, or its pages could not be counted
 
 
 @dataclass
@@ -195,8 +196,16 @@ def submit_documents(
 def _stage(
     settings: Settings, sources: Iterable[Source], kb: str
 ) -> tuple[list[_Staged], list[tuple[str, str]]]:
-    """Read each file, refuse what cannot be enqueued, and store the bytes of the rest."""
+    """Read each file, refuse what cannot be enqueued, and store the bytes of the rest. PDFs'
+    pages are counted in a child process (one for the whole call): see :mod:`ingest.pdfpages`."""
     storage = open_storage(settings.storage_url)
+    with PageCounter() as counter:
+        return _stage_with(storage, counter, settings, sources, kb)
+
+
+def _stage_with(
+    storage: Storage, counter: PageCounter, settings: Settings, sources: Iterable[Source], kb: str
+) -> tuple[list[_Staged], list[tuple[str, str]]]:
     staged: list[_Staged] = []
     refused: list[tuple[str, str]] = []
     seen: dict[str, str] = {}
@@ -214,8 +223,10 @@ def _stage(
         content = ids.content_hash(item.data)
         doc_type = doc_type_of(item.name)
         location = location_for(kb, doc, content)
-        pages = count_pdf_pages(item.data) if doc_type == "pdf" else None
-        staged.append(_Staged(item.name, item.origin, doc, len(item.data), content, doc_type, location, pages))
+        pages = counter.count(item.data) if doc_type == "pdf" else None
+        staged.append(
+            _Staged(item.name, item.origin, doc, len(item.data), content, doc_type, location, pages)
+        )
         batch.append((location, item.data))
         batch_bytes += len(item.data)
         if batch_bytes >= STORE_BATCH_BYTES or len(batch) >= STORE_BATCH_FILES:

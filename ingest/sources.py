@@ -69,7 +69,9 @@ def _check(origin: str, name: str, size: int, max_doc_bytes: int) -> Refusal | N
     if size == 0:
         return Refusal(origin, "is empty")
     if size > max_doc_bytes:
-        return Refusal(origin, f"is larger than the limit ({size} > {max_doc_bytes} bytes, INGEST_MAX_DOC_BYTES)")
+        return Refusal(
+            origin, f"is larger than the limit ({size} > {max_doc_bytes} bytes, INGEST_MAX_DOC_BYTES)"
+        )
     return None
 
 
@@ -106,17 +108,3 @@ def _from_path(path: Path, name: str, max_doc_bytes: int) -> SourceFile | Refusa
     finally:
         os.close(fd)
     return _check(origin, name, len(data), max_doc_bytes) or SourceFile(name=name, origin=origin, data=data)
-
-
-def count_pdf_pages(data: bytes) -> int | None:
-    """Pages of a PDF, or None when pdfium cannot open it (the parser will fail the task)."""
-    import pypdfium2  # lazily: `import ingest` stays light
-
-    try:
-        pdf = pypdfium2.PdfDocument(data)
-    except Exception:  # pdfium raises PdfiumError on a corrupt or encrypted file
-        return None
-    try:
-        return len(pdf)
-    finally:
-        pdf.close()
