@@ -157,12 +157,16 @@ class Collector:
             self._in_flight.release()
 
     def stop(self) -> None:
-        """Stop reading; a blocked read is woken at once (CLIENT UNBLOCK)."""
+        """Stop reading; a blocked read is woken at once (CLIENT UNBLOCK, in a thread: while
+        Redis hangs, the call would block the trio thread for its socket timeout)."""
         self.stopping = True
         self.book.stop_reading()
         if self._reader_id is not None:
-            with contextlib.suppress(redis.RedisError):
-                self.streams.client.client_unblock(self._reader_id)
+            self.background(self._unblock, self._reader_id)
+
+    async def _unblock(self, reader_id: int) -> None:
+        with contextlib.suppress(redis.RedisError):
+            await self.limiters.redis(self.streams.client.client_unblock, reader_id)
 
     def close(self) -> None:
         self.reader.close()

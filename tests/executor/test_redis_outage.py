@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import logging
+import signal
+import time
 
 import trio
 
@@ -44,3 +46,21 @@ async def test_running_tasks_finish_through_a_redis_kill_and_are_acked_when_it_r
     text = out.getvalue()
     assert text.count("redis unreachable") == 1, text
     assert text.count("redis back after") == 1, text
+
+
+async def test_stopping_the_read_loop_while_redis_hangs_does_not_block_the_trio_thread(
+    xsettings, db, tmp_path
+):
+    with PrivateRedis(tmp_path) as server:
+        settings = xsettings.replace(redis_url=server.url)
+        async with running_daemon(settings, "host_1") as daemon:
+            await await_until(lambda: daemon.collector.reads >= 1, 10)  # its reader blocks on XREADGROUP
+            assert server.proc is not None
+            server.proc.send_signal(signal.SIGSTOP)  # Redis hangs: no reply, no refused connection
+            try:
+                began = time.monotonic()
+                daemon.collector.stop()
+                took_s = time.monotonic() - began
+            finally:
+                server.proc.send_signal(signal.SIGCONT)
+        assert took_s < 0.5
