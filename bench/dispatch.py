@@ -1,7 +1,7 @@
 """Dispatch benchmark: enqueue and drain N no-op tasks through the full path, beside baselines.
 
     .venv/bin/python -m bench.dispatch [--n 10000] [--concurrency 10] [--paced 300 --rate 25]
-    .venv/bin/python -m bench.dispatch --compare-observability [--n 5000] [--runs 5]
+    .venv/bin/python -m bench.dispatch --compare-observability [--observe both|metrics|tracing] [--n 5000] [--runs 5]
 
 Prints, in one run on the same services:
 - enqueue tasks/s through the producer (rows upserted, guarded publish) beside a raw baseline
@@ -16,13 +16,14 @@ With ``--compare-observability`` it prints instead the drain rate with metrics a
 and batched to an exporter that drops them: ``bench.traced_executor``) beside the rate with both
 off, ``--runs`` interleaved runs each way (the order alternating, after one warm-up run), and
 the medians, with the executor's CPU time a task (from its first heartbeat to the last task's end).
-Measured here (2 shared cores, N=5000, 5 runs each way; sessions differ a lot with the others'
-load): metrics alone cost nothing measurable (~1.3 µs a task, within the noise); recording a span
-for every no-op task costs the OpenTelemetry SDK some 40-75 µs of CPU a task in place (its
-``start_span`` and ``end``), so the drain with both on ran 7, 9, 12, 14, 15, 17 and 28 %
-below the drain with both off in seven sessions; with head sampling
-(``OTEL_TRACES_SAMPLER=parentbased_traceidratio OTEL_TRACES_SAMPLER_ARG=0.1``) 8 % below. A
-real task (parse: hundreds of ms) does not notice either.
+``--observe metrics`` or ``--observe tracing`` turns on only one of them.
+Measured here (2 shared cores, N=5000, 5 runs each way, no-op tasks of ~190-200 µs executor CPU):
+metrics alone +10 µs CPU a task, drain -6 %; tracing alone (every span recorded) +44 µs, -15 %;
+both -2, -10, -13, -17, -17, -20 % in six runs of one session (earlier sessions 7-28 %). Head
+sampling (``OTEL_TRACES_SAMPLER=parentbased_traceidratio OTEL_TRACES_SAMPLER_ARG=0.1``) still
+cost +32 µs, -22 % in one run. The cost is the SDK's ``start_span`` (five attributes validated)
+and ``end``: about 25 µs a span in a bare loop here. A real task (parse: hundreds of ms) does
+not notice either.
 A benchmark, not a test: the machine is shared, so read ratios, not absolute figures.
 """
 
@@ -232,20 +233,27 @@ def _scrape_every_second(port: int, stop: threading.Event) -> None:
             pass
 
 
-def observed_drain(settings: Settings, n: int, on: bool, log: Path) -> tuple[float, float]:
-    """Drain ``n`` no-op tasks with one executor, metrics and tracing ``on`` or off: (tasks/s from
-    the first claim to the last terminal write, the executor's CPU µs a task from its first
-    heartbeat, written just before its first read, to the last task's end). The CPU figure moves
-    less than the rate with a shared machine's load."""
+OBSERVE = ("both", "metrics", "tracing")
+
+
+def observed_drain(
+    settings: Settings, n: int, on: bool, log: Path, observe: str = "both"
+) -> tuple[float, float]:
+    """Drain ``n`` no-op tasks with one executor, ``observe`` (metrics, tracing or both) ``on`` or
+    everything off: (tasks/s from the first claim to the last terminal write, the executor's CPU
+    µs a task from its first heartbeat, written just before its first read, to the last task's
+    end). The CPU figure moves less than the rate with a shared machine's load."""
     import psutil
 
     _, ids = producer_enqueue(settings, n)
     env = {"INGEST_METRICS_PORT": "0", "INGEST_TRACING": "off"}
     module, stop = "executor", threading.Event()
-    if on:
+    if on and observe in ("both", "metrics"):
         port = _free_port()
-        env, module = {"INGEST_METRICS_PORT": str(port), "INGEST_TRACING": "auto"}, "bench.traced_executor"
+        env["INGEST_METRICS_PORT"] = str(port)
         threading.Thread(target=_scrape_every_second, args=(port, stop), daemon=True).start()
+    if on and observe in ("both", "tracing"):
+        env["INGEST_TRACING"], module = "auto", "bench.traced_executor"
     client = connect(settings.redis_url)
     heartbeat = Keys(settings.key_prefix).executor("bench_0")
     proc = _start_executor(settings, "bench_0", log, env, module)
@@ -269,28 +277,29 @@ def _line(what: str, values: list[float], unit: str) -> str:
     return f"{what}: median {statistics.median(values):8.0f} {unit}   ({listed})"
 
 
-def compare_observability(settings: Settings, n: int, runs: int, log: Path) -> None:
+def compare_observability(settings: Settings, n: int, runs: int, log: Path, observe: str = "both") -> None:
     rates: dict[bool, list[float]] = {False: [], True: []}
     cpus: dict[bool, list[float]] = {False: [], True: []}
     observed_drain(settings, n, False, log)  # warm-up, not counted: the database's caches, the task table
     for r in range(runs):
         for on in (False, True) if r % 2 == 0 else (True, False):
-            rate, cpu_us = observed_drain(settings, n, on, log)
+            rate, cpu_us = observed_drain(settings, n, on, log, observe)
             rates[on].append(rate)
             cpus[on].append(cpu_us)
             print(
                 f"run {r + 1}/{runs} {'on ' if on else 'off'}: {rate:8.0f} tasks/s, {cpu_us:5.0f} µs CPU a task",
                 flush=True,
             )
-    print(_line("drain, metrics + tracing off", rates[False], "tasks/s"))
-    print(_line("drain, metrics + tracing on ", rates[True], "tasks/s"))
-    print(_line("executor CPU, off           ", cpus[False], "µs/task"))
-    print(_line("executor CPU, on            ", cpus[True], "µs/task"))
+    what = {"both": "metrics + tracing", "metrics": "metrics", "tracing": "tracing"}[observe]
+    print(_line(f"drain, {what} off".ljust(28), rates[False], "tasks/s"))
+    print(_line(f"drain, {what} on".ljust(28), rates[True], "tasks/s"))
+    print(_line("executor CPU, off".ljust(28), cpus[False], "µs/task"))
+    print(_line("executor CPU, on".ljust(28), cpus[True], "µs/task"))
     off, on = statistics.median(rates[False]), statistics.median(rates[True])
     cpu_off, cpu_on = statistics.median(cpus[False]), statistics.median(cpus[True])
     print(
         f"on / off: drain {on / off:.3f} ({(on / off - 1) * 100:+.1f} %), CPU a task {cpu_on / cpu_off:.3f} "
-        f"({(cpu_on / cpu_off - 1) * 100:+.1f} %); N={n}, {runs} interleaved runs each way"
+        f"({(cpu_on / cpu_off - 1) * 100:+.1f} %, {cpu_on - cpu_off:+.0f} µs); N={n}, {runs} interleaved runs each way"
     )
 
 
@@ -328,6 +337,12 @@ def main() -> None:
         help="only the drain rate with metrics and tracing on vs off, interleaved runs, medians",
     )
     parser.add_argument("--runs", type=int, default=5, help="with --compare-observability: runs each way")
+    parser.add_argument(
+        "--observe",
+        choices=OBSERVE,
+        default="both",
+        help="with --compare-observability: what is on in the 'on' runs (default both)",
+    )
     args = parser.parse_args()
 
     name = f"bench_{uuid.uuid4().hex[:8]}"
@@ -337,7 +352,7 @@ def main() -> None:
     Streams(connect(settings.redis_url), Keys(settings.key_prefix)).ensure_group()
     try:
         if args.compare_observability:
-            compare_observability(settings, args.n, args.runs, log)
+            compare_observability(settings, args.n, args.runs, log, args.observe)
             return
         base = baseline_enqueue(settings, args.n)
         rate, ids = producer_enqueue(settings, args.n)

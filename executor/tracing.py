@@ -4,8 +4,8 @@ Each task is a span ``ingest.task.{task_type}`` with attributes ``ingest.task_id
 ``ingest.doc_id``, ``ingest.kb_id``, ``ingest.executor`` and ``ingest.delivery_count``;
 status OK, or ERROR with the error (a stop or a timeout included). Handlers add child spans
 with :func:`span` (the parse handler: ``parse``, ``chunk``, ``embed``, ``index``). With every
-span recorded, the SDK costs some 40-75 µs of CPU a task here; a sampler (``OTEL_TRACES_SAMPLER``)
-makes unsampled tasks nearly free. ``INGEST_TRACING`` chooses:
+span recorded, the SDK costs some 25-45 µs of CPU a task here (``bench.dispatch
+--compare-observability --observe tracing``). ``INGEST_TRACING`` chooses:
 
 - ``auto`` (default): spans go to the global tracer provider when one is configured, e.g. by
   ``opentelemetry-instrument`` from the standard ``OTEL_*`` variables; otherwise nothing is done;
