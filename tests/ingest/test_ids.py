@@ -45,3 +45,17 @@ def test_digest_follows_content_model_config_and_page_range_not_key_order():
         ids.digest(*args, task_type="dataflow", dataflow_id="f1"),
     ]
     assert d not in changed and len(set(changed)) == len(changed)
+
+
+def test_a_local_model_is_known_by_its_last_two_path_parts(tmp_path):
+    here, there = tmp_path / "a" / "venv" / "st" / "model", tmp_path / "b" / "st" / "model"
+    for path in (here, there):
+        path.mkdir(parents=True)
+    assert ids.model_identity(str(here)) == ids.model_identity(f"{there}/") == "st/model"
+    assert (
+        ids.model_identity("sentence-transformers/all-MiniLM-L6-v2")
+        == "sentence-transformers/all-MiniLM-L6-v2"
+    )
+    assert ids.digest("hash", ids.model_identity(str(here)), {}, 0, 1) == ids.digest(
+        "hash", ids.model_identity(str(there)), {}, 0, 1
+    )

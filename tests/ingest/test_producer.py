@@ -82,7 +82,8 @@ def test_each_task_records_its_digest(settings):
     (doc,) = submit_documents(s, [("a.pdf", data)], "kb1").documents
     config = dict(DEFAULT_PARSER_CONFIG)
     expected = [
-        ids.digest(ids.content_hash(data), s.embedding_model, config, a, b) for a, b in ((0, 5), (5, 7))
+        ids.digest(ids.content_hash(data), ids.model_identity(s.embedding_model), config, a, b)
+        for a, b in ((0, 5), (5, 7))
     ]
     assert [t.digest for t in _tasks(doc.id)] == expected
 
