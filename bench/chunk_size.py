@@ -2,7 +2,7 @@
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/chunk_size.py [--sizes 64,96,128,160,192,254,512]
 
-Corpus: the demo documents of ``examples/`` (PDF and DOCX made by ``examples/make_samples.py``)
+Corpus: the demo documents of ``examples/`` (PDF and DOCX made by ``scripts/make_samples.py``)
 and the licence texts in /usr/share/common-licenses as distractors. Each question has a known
 answer: a key phrase found in one place of one document. A returned chunk is a hit when it
 holds the key phrase (whitespace normalised). A second, harder set asks about the licences

@@ -11,7 +11,7 @@ export INGEST_KEY_PREFIX=${INGEST_KEY_PREFIX:-ingest_demo}
 QUERY=${1:-"how do I keep bees healthy in winter?"}
 
 ingest init
-python examples/make_samples.py >/dev/null
+python scripts/make_samples.py >/dev/null
 WS=${WS:-2} ./entrypoint.sh --host-id demo >/tmp/ingest-demo-fleet.log 2>&1 &
 FLEET=$!
 trap 'kill -TERM $FLEET 2>/dev/null; wait $FLEET 2>/dev/null' EXIT

@@ -1,6 +1,6 @@
 """Test documents (PDF, DOCX, …) and rows for the parse pipeline's tests.
 
-PDFs and DOCX files are made by ``examples/make_samples.py`` (a real PDF text layer written by
+PDFs and DOCX files are made by ``scripts/make_samples.py`` (a real PDF text layer written by
 pypdfium2, a real DOCX written by python-docx). ``add_document`` stores a knowledge base, a
 document with its bytes and one task, as the producer would; ``task_context`` builds the
 context the executor hands a handler, with a progress callback that records each call (a test
@@ -19,11 +19,11 @@ from db.config import Settings
 from db.database import init_database, unit
 from db.models import Document, KnowledgeBase, Task
 from db.streams import Entry
-from examples.make_samples import docx_bytes, pdf_bytes
 from executor.context import Limiters, TaskContext
 from ingest import ids
 from ingest.embedding import Embedder, load_embedder
 from ingest.storage import location_for, open_storage
+from scripts.make_samples import docx_bytes, pdf_bytes
 
 __all__ = ["docx_bytes", "pdf_bytes", "add_document", "task_context", "Progress", "embedder"]
 

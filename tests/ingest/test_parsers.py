@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from examples.make_samples import docx_bytes, pdf_bytes
 from ingest.errors import BadDocument
 from ingest.parsers import NO_PAGE, parse_document, supported_types
+from scripts.make_samples import docx_bytes, pdf_bytes
 
 PAGES = [[f"Page {n} talks about topic number {n}.", f"A second paragraph on page {n}."] for n in range(1, 6)]
 

@@ -1,6 +1,6 @@
 """Writes the demo's PDF and DOCX samples from the texts in ``examples/.sources`` (no downloads).
 
-    .venv/bin/python examples/make_samples.py [--force]   # writes examples/*.pdf and *.docx
+    .venv/bin/python scripts/make_samples.py [--force]   # writes examples/*.pdf and *.docx
 
 Both files are committed; they are written again only when missing or with ``--force``
 (pdfium and python-docx stamp the time into them, so each run gives different bytes).
@@ -21,7 +21,8 @@ from pathlib import Path
 PAGE_W, PAGE_H = 612, 792  # US Letter, points
 MARGIN, LEADING = 72, 15
 
-SOURCES = Path(__file__).resolve().parent / ".sources"  # hidden: `ingest submit examples/` skips it
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+SOURCES = EXAMPLES / ".sources"  # hidden: `ingest submit examples/` skips it
 PAGE_BREAK = "---- page ----"
 
 
@@ -108,7 +109,7 @@ def docx_bytes(blocks: Sequence[tuple[str, object]]) -> bytes:
 def main(argv: Sequence[str] = ()) -> int:
     """Write the samples that are missing (``--force``: all of them) into the examples folder."""
     force = "--force" in argv
-    folder = Path(next((a for a in argv if not a.startswith("-")), Path(__file__).resolve().parent))
+    folder = Path(next((a for a in argv if not a.startswith("-")), EXAMPLES))
     made = {
         "bicycle_maintenance.pdf": lambda: pdf_bytes(read_pages(SOURCES / "bicycle_maintenance.txt")),
         "origami_basics.docx": lambda: docx_bytes(read_blocks(SOURCES / "origami_basics.txt")),
