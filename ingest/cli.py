@@ -42,9 +42,11 @@ def _err(text: str) -> None:
 def _console() -> Any:
     from rich.console import Console
 
-    # Piped output gets a wide fixed width, so tables are not squeezed to 80 columns.
+    # Piped output gets a wide fixed width, so tables are not squeezed to 80 columns. What is
+    # printed holds users' text (names, chunks, messages, reasons): no console markup or emoji
+    # codes, so "[/etc/hosts]" or "[word]" print as they are (styles are given as styles).
     width = None if sys.stdout.isatty() else PIPED_WIDTH
-    return Console(highlight=False, soft_wrap=True, width=width)
+    return Console(highlight=False, soft_wrap=True, width=width, markup=False, emoji=False)
 
 
 # -- verbs ---------------------------------------------------------------------------------

@@ -69,11 +69,13 @@ def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
     if args.json:
         _json_out(rows)
         return EXIT_OK
+    from rich.text import Text
+
     console = _console()
     if not rows:
         console.print(f"no messages in memory {args.memory!r}")
     for row in rows:
-        console.print(f"[bold]{row['role']}[/bold]: {row['content']}", markup=True)
+        console.print(Text.assemble((str(row["role"]), "bold"), ": ", str(row["content"])))
     return EXIT_OK
 
 

@@ -85,14 +85,16 @@ def wait_for_documents(
     ids = list(dict.fromkeys(doc_ids))
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     columns = (
-        TextColumn("{task.description}", style="bold"),
+        TextColumn("{task.description}", style="bold", markup=False),  # a document's name
         BarColumn(),
         TaskProgressColumn(),
-        TextColumn("{task.fields[state]}"),
+        TextColumn("{task.fields[state]}", markup=False),
         TimeElapsedColumn(),
     )
     waker = _Waker(settings)
-    progress = Progress(*columns, console=Console(stderr=True), disable=not show, transient=False)
+    progress = Progress(
+        *columns, console=Console(stderr=True, markup=False, emoji=False), disable=not show, transient=False
+    )
     rows: dict[str, dict[str, Any]] = {}
     try:
         with progress:
