@@ -19,12 +19,14 @@ from executor.book import Book, Claimed
 from executor.context import Limiters
 from executor.metrics import NO_METRICS
 from executor.outage import Outage
+from executor.progress import append_line
 from ingest.documents import lock_documents, recompute_documents
 
 log = logging.getLogger("executor.finisher")
 
 CANCEL, HANDBACK, LOST = "cancel", "handback", "lost"  # outcome kinds besides DONE and FAILED
 MAX_BATCH = 500
+MAX_ERROR_CHARS = 2000
 LINGER_S = 0.002  # after a wake-up, how long to let a batch's other outcomes arrive (fewer commits)
 
 
@@ -125,6 +127,54 @@ def _write(live: list[Outcome], doc_ids: list[str]) -> dict[str, str | None]:
     if doc_ids:
         recompute_documents(doc_ids)
     return state
+
+
+def _write_one_by_one(batch: list[Outcome]) -> tuple[list[str | None] | None, BaseException | None]:
+    """Each outcome alone; one that fails for good is written as failed with the error.
+    A retryable error leaves the whole batch for a later flush (rewriting a row is harmless)."""
+    states: list[str | None] = []
+    try:
+        for o in batch:
+            try:
+                with connection():
+                    states += write_outcomes([o])
+            except RETRYABLE_DB_ERRORS:
+                raise
+            except Exception as exc:
+                states.append(_write_unwritable(o, exc))
+    except RETRYABLE_DB_ERRORS as exc:
+        return None, exc
+    return states, None
+
+
+def _write_unwritable(o: Outcome, exc: Exception) -> str | None:
+    """An outcome the database refused: a run that ended (done or failed) is written as failed
+    with the error, a cancel or hand-back as such; no result, text made safe to store. If even
+    that is refused the outcome is dropped: nothing acked, the entry is redelivered later."""
+    error = _storable(f"could not write the outcome: {type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS])
+    log.error("%s", error, extra=o.claimed.log_extra(), exc_info=exc)
+    kind = FAILED if o.kind in (DONE, FAILED) else o.kind
+    safe = Outcome(
+        claimed=o.claimed,
+        kind=kind,
+        progress_msg=append_line(_storable(o.progress_msg), f"failed: {error}" if kind == FAILED else error),
+        duration_s=o.duration_s,
+        retry_count=o.retry_count,
+        error=error,
+    )
+    try:
+        with connection():
+            return write_outcomes([safe])[0]
+    except RETRYABLE_DB_ERRORS:
+        raise
+    except Exception:
+        log.exception("could not write the outcome even as failed; left pending", extra=o.claimed.log_extra())
+        return None
+
+
+def _storable(text: str) -> str:
+    """``text`` without what UTF-8 cannot encode (lone surrogates become ``?``)."""
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 @dataclass
@@ -266,6 +316,11 @@ class Finisher:
                     states = write_outcomes(batch)
             except RETRYABLE_DB_ERRORS as exc:
                 states, db_error = None, exc
+            except Exception as exc:  # one bad outcome (a result that is not JSON) fails them all
+                log.warning(
+                    "a batch of %d outcome(s) failed (%s); writing them one at a time", len(batch), exc
+                )
+                states, db_error = _write_one_by_one(batch)
         items = settled + [
             _Settled(o, st) for o, st in zip(batch, states or [], strict=False) if st is not None
         ]

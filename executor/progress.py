@@ -184,17 +184,48 @@ class ProgressFlusher:
         if not dirty:
             return
         items = [(tid, t.attempt, t.fraction, t.lines.text()) for tid, t, _ in dirty]
+        dropped = 0
         try:
             lost = await self.limiters.db(write_progress, items)
         except RETRYABLE_DB_ERRORS as exc:
             self._failed += 1
             self.outage.failed(exc)  # kept dirty: written on a later pass
             return
+        except Exception as exc:  # a row the database refuses (a line it cannot store) fails them all
+            log.warning("progress of %d task(s) failed (%s); writing them one at a time", len(items), exc)
+            alone = await self._one_by_one(items)
+            if alone is None:
+                return
+            lost, dropped = alone
         self.outage.ok()
         self._flushes += 1
-        self._rows += len(items) - len(lost)
+        self._rows += len(items) - len(lost) - dropped
         for _tid, track, version in dirty:
             track.written = version
         attempts = {i[0]: i[1] for i in items}
         for tid, row in lost.items():
             self.on_lost(tid, stop_reason_for(row, attempts[tid]), attempts[tid])
+
+    async def _one_by_one(
+        self, items: list[tuple[str, int, float, str]]
+    ) -> tuple[dict[str, tuple[str, int] | None], int] | None:
+        """Each task's progress alone; one the database refuses is logged and dropped (until
+        its next report). Returns (lost, dropped), or None after a retryable error (all stay dirty)."""
+        lost: dict[str, tuple[str, int] | None] = {}
+        dropped = 0
+        for item in items:
+            try:
+                lost.update(await self.limiters.db(write_progress, [item]))
+            except RETRYABLE_DB_ERRORS as exc:
+                self._failed += 1
+                self.outage.failed(exc)
+                return None
+            except Exception as exc:
+                dropped += 1
+                log.error(
+                    "progress not written, dropped: %s: %s",
+                    type(exc).__name__,
+                    exc,
+                    extra={"task_id": item[0]},
+                )
+        return lost, dropped
