@@ -39,6 +39,8 @@ def _now_text() -> str:
 def stamp(msg: str) -> str:
     """One progress line: local time, then the message (one line, bounded)."""
     text = " ".join(str(msg).split())
+    if not text.isascii():  # a lone surrogate (text from a broken PDF, say) cannot be stored: "?"
+        text = text.encode("utf-8", "replace").decode("utf-8")
     if len(text) > MAX_LINE_CHARS:
         text = text[:MAX_LINE_CHARS] + "…"
     return f"{_now_text()} {text}"

@@ -39,3 +39,10 @@ def test_progress_lines_keep_the_tail_within_the_caps():
     for _ in range(30):
         big.add("x" * 900)
     assert len(big.text().encode()) <= MAX_BYTES and big.text().splitlines()[-1].endswith("x")
+
+
+def test_a_progress_line_with_a_lone_surrogate_is_kept_with_a_question_mark():
+    lines = Lines()
+    lines.add("page 3: caf\u00e9 \ud800 end")
+    assert lines.text().endswith("page 3: caf\u00e9 ? end")
+    lines.text().encode("utf-8")  # storable
