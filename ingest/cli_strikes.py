@@ -102,7 +102,7 @@ def cmd_strikes(settings: Settings, args: argparse.Namespace) -> int:
             cond,
             str(r["held"]),
             _ago(r["create_time"]),
-            "active" if r["active"] else "restored",
+            "active" if r["active"] else "restore unfinished: run it again" if r["held"] else "restored",
         )
     console.print(table)
     return EXIT_OK

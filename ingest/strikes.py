@@ -9,7 +9,10 @@ still active) with the rule named on the row, and acks the entry. Not run, not l
 Rules live in the ``strike`` table and are mirrored in the Redis hash ``keys.strikes`` with a
 version number that every change moves; executors reload the rules from the database whenever
 that version moves (they look at most every half second), on every Redis reconnect and at start.
-``restore`` first deactivates the rule, then sets the rows it held ``queued`` and publishes them.
+``restore`` first deactivates the rule, then sets the rows it held ``queued`` (in batches, each
+its own transaction) and publishes them. A restore that stopped partway (rows still ``held``
+under a rule no longer active) is finished by running it again: restore also releases what
+matching inactive rules still hold, and ``ingest strikes`` lists such rules.
 """
 
 from __future__ import annotations
@@ -33,7 +36,17 @@ from ingest.lines import appended
 from ingest.publish import publish_messages, task_message
 
 OPERATORS = ("==", "!=", "<", "<=", ">", ">=")
-TASK_FIELDS = ("id", "doc_id", "kb_id", "tenant_id", "task_type", "priority", "from_page", "to_page", "generation")
+TASK_FIELDS = (
+    "id",
+    "doc_id",
+    "kb_id",
+    "tenant_id",
+    "task_type",
+    "priority",
+    "from_page",
+    "to_page",
+    "generation",
+)
 DOCUMENT_FIELDS = ("doc_type", "size", "name", "page_count")
 MESSAGE_FIELDS = ("dataflow_id", "memory_id", "source_id")
 FIELDS = TASK_FIELDS + DOCUMENT_FIELDS + MESSAGE_FIELDS
@@ -148,7 +161,9 @@ def compare(actual: Any, op: str, expected: str) -> bool:
     raise ValueError(f"unknown operator {op!r}")
 
 
-def check_rule(task_type: str | None, field_: str | None, op: str | None, value: Any) -> tuple[str, str, str, str]:
+def check_rule(
+    task_type: str | None, field_: str | None, op: str | None, value: Any
+) -> tuple[str, str, str, str]:
     """The rule's parts, normalised; ValueError naming what is wrong."""
     task_type = (task_type or "").strip()
     parts = (field_, op, value)
@@ -183,7 +198,10 @@ def _next_version() -> int:
 
 def _same(task_type: str, field_: str, op: str, value: str) -> peewee.Expression:
     return (
-        (Strike.task_type == task_type) & (Strike.field == field_) & (Strike.op == op) & (Strike.value == value)
+        (Strike.task_type == task_type)
+        & (Strike.field == field_)
+        & (Strike.op == op)
+        & (Strike.value == value)
     )
 
 
@@ -199,7 +217,7 @@ class StrikeResult:
 
 @dataclass(frozen=True)
 class RestoreResult:
-    rules: list[dict[str, Any]]  # the rules deactivated
+    rules: list[dict[str, Any]]  # the rules deactivated, and inactive ones that still held tasks
     task_ids: list[str]  # held tasks set queued again
     published: int  # new stream entries
     mirrored: bool
@@ -239,7 +257,9 @@ def restore(
     strike_id: int | None = None,
 ) -> RestoreResult:
     """Deactivate the active rule(s) given (by their parts or by id), then set the rows they held
-    ``queued`` and publish them. NotFound when no such rule is active."""
+    ``queued`` and publish them. Rules given that are already inactive but still hold rows (a
+    restore that stopped partway) have their rows released too. NotFound when no such rule is
+    active and none holds a row."""
     init_database(settings.db_url)
     with unit():
         if strike_id is not None:
@@ -247,16 +267,27 @@ def restore(
         else:
             where = _same(*check_rule(task_type, field, op, value))
         rules = list(lock_for_update(Strike.select().where(where & (Strike.active == True))))  # noqa: E712
-        if not rules:
+        unfinished = list(
+            Strike.select().where(
+                where
+                & (Strike.active == False)  # noqa: E712
+                & Strike.id.in_(Task.select(Task.strike_id).where(Task.status == HELD))
+            )
+        )
+        if not rules and not unfinished:
             raise NotFound("no active strike " + (f"#{strike_id}" if strike_id is not None else "like that"))
-        version, now = _next_version(), now_ms()
-        ids = [r.id for r in rules]
-        Strike.update(active=False, version=version, update_time=now).where(Strike.id.in_(ids)).execute()
+        version = _next_version() if rules else 0
+        if rules:
+            Strike.update(active=False, version=version, update_time=now_ms()).where(
+                Strike.id.in_([r.id for r in rules])
+            ).execute()
     mirrored = _try_mirror(settings)
+    ids = sorted(r.id for r in rules + unfinished)
     rows = _release_rows(ids, ", ".join(f"#{i}" for i in ids))
     published = publish_messages(settings, [task_message(r) for r in rows]).sent if rows else 0
     return RestoreResult(
-        rules=[{**_rule_dict(r), "active": False, "version": version} for r in rules],
+        rules=[{**_rule_dict(r), "active": False, "version": version} for r in rules]
+        + [_rule_dict(r) for r in unfinished],
         task_ids=[r["id"] for r in rows],
         published=published,
         mirrored=mirrored,
@@ -264,7 +295,8 @@ def restore(
 
 
 def _release_rows(strike_ids: list[int], names: str) -> list[dict[str, Any]]:
-    """Rows held by these rules → queued (rows first; the caller publishes)."""
+    """Rows held by these (inactive) rules → queued, :data:`BATCH` rows a transaction (rows
+    first; the caller publishes). Stopped partway, the rest stay held: restore again."""
     out: list[dict[str, Any]] = []
     while True:
         with unit():
@@ -288,19 +320,20 @@ def _release_rows(strike_ids: list[int], names: str) -> list[dict[str, Any]]:
 
 
 def list_strikes(settings: Settings, *, include_inactive: bool = False) -> list[dict[str, Any]]:
-    """Rules (active ones unless ``include_inactive``), each with how many tasks it holds now."""
+    """Rules (active ones, and inactive ones still holding tasks, unless ``include_inactive``:
+    all), each with how many tasks it holds now."""
     init_database(settings.db_url)
     with unit():
-        query = Strike.select().order_by(Strike.id)
-        if not include_inactive:
-            query = query.where(Strike.active == True)  # noqa: E712
-        rules = [_rule_dict(s) for s in query]
         held = dict(
             Task.select(Task.strike_id, peewee.fn.COUNT(Task.id))
             .where(Task.status == HELD)
             .group_by(Task.strike_id)
             .tuples()
         )
+        query = Strike.select().order_by(Strike.id)
+        if not include_inactive:
+            query = query.where((Strike.active == True) | Strike.id.in_(list(held) or [0]))  # noqa: E712
+        rules = [_rule_dict(s) for s in query]
     for rule in rules:
         rule["held"] = int(held.get(rule["id"], 0))
     return rules
