@@ -119,6 +119,14 @@ class Sweeper:
             return []
         if found is None:
             return []
+        if not self.book.reading:  # the drain began during the pass: claim and run nothing more
+            if found:
+                log.info(
+                    "draining: %d reclaimed entr%s left pending for another executor's sweep",
+                    len(found),
+                    "y" if len(found) == 1 else "ies",
+                )
+            return []
         entries = [e for e in found if e.key not in self.book.entries]  # ours already: left as is
         if entries:
             self._reclaimed += len(entries)
@@ -135,8 +143,9 @@ class Sweeper:
     # -- blocking (in a thread) -----------------------------------------------------------
     def reclaim(self, free: int) -> list[Entry] | None:
         """Under the fleet lease: XAUTOCLAIM up to ``free`` entries, high priority first.
-        None when another executor holds the lease or Redis restarted too recently."""
-        if self._redis_uptime_s() < self.redelivery_timeout_s:
+        None when another executor holds the lease, Redis restarted too recently or this
+        executor stopped reading (checked again before each stream)."""
+        if not self.book.reading or self._redis_uptime_s() < self.redelivery_timeout_s:
             return None
         token = uuid.uuid4().hex
         lock = self.keys.lock("sweep")
@@ -148,7 +157,7 @@ class Sweeper:
             out: list[Entry] = []
             for stream in self.keys.queues:
                 want = free - len(out)
-                if want <= 0:
+                if want <= 0 or not self.book.reading:
                     break
                 cursor, entries = self.streams.reclaim(
                     self.consumer, stream, self.min_idle_ms, self.cursors[stream], want

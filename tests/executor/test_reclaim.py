@@ -137,3 +137,31 @@ async def test_a_reclaimed_entry_takes_over_a_row_whose_owner_still_has_a_heartb
         await await_until(lambda: row(tid)["status"] == DONE, 15)
     assert row(tid)["owner"] == "host_1" and row(tid)["attempt"] == 2
     assert time.monotonic() - started >= 0.5
+
+
+async def test_a_sweep_claims_nothing_once_the_drain_began_even_a_pass_in_flight(
+    xsettings, streams, rclient, keys, db
+):
+    ids = enqueue(streams, [task_spec("noop") for _ in range(2)])
+    _left_by(rclient, keys, ids, "ghost_1")
+    settings = xsettings.replace(redelivery_timeout_s=0.2)
+    await trio.sleep(0.3)
+    drained = _sweeper(settings, streams)  # its dispatch fails the test if called
+    drained.book.stop_reading()
+    assert await drained.sweep_once() == []
+    assert len(_pending_of(rclient, keys, "ghost_1")) == 2  # not even taken from their owner
+
+    in_flight = _sweeper(settings, streams)
+    reclaim = in_flight.reclaim
+
+    def reclaim_as_the_drain_begins(free):
+        found = reclaim(free)
+        trio.from_thread.run_sync(in_flight.book.stop_reading)
+        return found
+
+    in_flight.reclaim = reclaim_as_the_drain_begins
+    assert await in_flight.sweep_once() == []  # taken, then left for another executor's sweep
+    assert len(_pending_of(rclient, keys, "host_1")) == 2
+    async with running_daemon(settings, "host_2"):
+        await await_until(lambda: all(row(t)["status"] == DONE for t in ids), 15)
+    assert all(row(t)["owner"] == "host_2" for t in ids)
