@@ -391,7 +391,10 @@ def _parse_json(data: bytes, from_page: int, to_page: int) -> list[Section]:
 def _parse_jsonl(data: bytes, from_page: int, to_page: int) -> list[Section]:
     text = decode_text(data, "JSON Lines")
     records = []
-    for lineno, line in enumerate(text.splitlines(), 1):
+    # Records end at "\n" only (and "\r\n"): splitlines() would also split at U+2028, U+2029,
+    # \x85 and others, which JSON allows unescaped inside strings.
+    for lineno, line in enumerate(text.split("\n"), 1):
+        line = line.removesuffix("\r")
         if line.strip():
             try:
                 records.append(json.loads(line))

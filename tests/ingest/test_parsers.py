@@ -110,6 +110,14 @@ def test_json_lines_are_records():
     assert texts(parse_document(b'{"a": 1}\n{"a": null}\n', "jsonl")) == ["a: 1", "a: null"]
 
 
+def test_json_lines_split_records_at_newlines_only():
+    # U+2028, U+2029 and \x85 are legal unescaped inside a JSON string: not record ends
+    data = '{"a": "one\u2028two"}\r\n{"a": "three\u2029four\x85five"}\n\n'.encode()
+    assert texts(parse_document(data, "jsonl")) == ["a: one\u2028two", "a: three\u2029four\x85five"]
+    with pytest.raises(BadDocument, match="on line 3"):
+        parse_document(b'{"a": 1}\n\n{oops}\n', "jsonl")
+
+
 def test_formats_without_pages_belong_to_the_task_holding_page_zero():
     assert parse_document(b"text", "txt", 12, 24) == []
 
