@@ -296,11 +296,6 @@ class Streams:
             )
         )
 
-    # -- dead letters --------------------------------------------------------------------
-    def dead_letter_raw(self, fields: Mapping[str, Any]) -> str:
-        """XADD an entry to the dead-letter stream (used where no stream entry is owned)."""
-        return self.client.xadd(self.keys.dead, dict(fields))
-
 
 def _pairs(flat: Sequence[Any] | None) -> dict[str, Any] | None:
     return dict(zip(flat[::2], flat[1::2], strict=True)) if flat else None

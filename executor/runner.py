@@ -51,7 +51,6 @@ class Counters:
     cancelled: int = 0
     handed_back: int = 0
     lost: int = 0
-    dead_lettered: int = 0
 
 
 def describe(exc: BaseException) -> str:
