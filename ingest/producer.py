@@ -462,7 +462,8 @@ def enqueue_tasks(settings: Settings, tasks: Sequence[Mapping[str, Any]]) -> lis
     Each task is a dict of task columns (``id``, ``doc_id``, ``kb_id``, ``tenant_id``,
     ``task_type``, ``priority``, ``from_page``, ``to_page``, ``generation``, ``digest``);
     any other key is the type's own message context (e.g. ``memory_id``, ``message_dict``), kept
-    in the row's ``payload`` so a re-publish rebuilds the same message. Without an ``id`` a
+    in the row's ``payload`` so a re-publish rebuilds the same message. A ``payload`` mapping
+    given is that context too, merged (not nested; a key given beside it wins). Without an ``id`` a
     random one is given. A task whose id names an unfinished row is left as it is (its message
     is published only if it has no live one).
     """
@@ -470,8 +471,11 @@ def enqueue_tasks(settings: Settings, tasks: Sequence[Mapping[str, Any]]) -> lis
     rows: list[dict[str, Any]] = []
     given: list[str] = []
     for task in tasks:
+        context = task.get("payload")
+        if context is not None and not isinstance(context, Mapping):
+            raise ValueError(f"a task's payload is a mapping of message fields, not {type(context).__name__}")
         extras = {k: v for k, v in task.items() if k not in _TASK_COLUMNS}
-        payload = {**(task.get("payload") or {}), **extras} or None
+        payload = {**(context or {}), **extras} or None
         if task.get("id"):
             given.append(str(task["id"]))
         rows.append(

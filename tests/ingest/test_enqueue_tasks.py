@@ -71,3 +71,25 @@ def test_the_same_id_twice_or_a_bad_priority_is_a_value_error(settings):
         enqueue_tasks(settings, [{"id": "x" * 32}, {"id": "x" * 32}])
     with pytest.raises(ValueError, match="priority"):
         enqueue_tasks(settings, [{"priority": 5}])
+
+
+def test_a_payload_given_is_merged_into_the_message_not_nested(settings, rclient, keys):
+    (task_id,) = enqueue_tasks(
+        settings,
+        [
+            {
+                "task_type": "dataflow",
+                "kb_id": "kb1",
+                "payload": {"dataflow_id": "df1", "source_id": "old"},
+                "source_id": "s1",  # beside the payload: wins
+            }
+        ],
+    )
+    (message,) = stream_messages(rclient, keys, 0)
+    assert message["dataflow_id"] == "df1" and message["source_id"] == "s1" and "payload" not in message
+    with unit():
+        row = Task.select().where(Task.id == task_id).dicts().get()
+    assert row["payload"] == {"dataflow_id": "df1", "source_id": "s1"}
+    assert task_message(row) == message  # a re-publish rebuilds it
+    with pytest.raises(ValueError, match="payload is a mapping"):
+        enqueue_tasks(settings, [{"task_type": "memory", "payload": '{"memory_id": "m"}'}])
