@@ -42,10 +42,16 @@ class DbUrl:
     def parse(cls, url: str) -> DbUrl:
         parsed = urlparse(url)
         if parsed.scheme == "sqlite":
-            path = unquote(url[len("sqlite:///") :]) if url.startswith("sqlite:///") else parsed.path
+            # The usual rule: what follows "sqlite:///" is the path, so sqlite:///data.db is
+            # relative (to the working directory) and sqlite:////var/lib/ingest.db absolute.
+            if not url.startswith("sqlite:///"):
+                raise ValueError(
+                    f"a sqlite URL is sqlite:///relative/path or sqlite:////absolute/path: {url!r}"
+                )
+            path = unquote(url[len("sqlite:///") :])
             if not path:
                 raise ValueError(f"sqlite URL needs a path: {url!r}")
-            return cls(kind="sqlite", name=path if path == ":memory:" else "/" + path.lstrip("/"))
+            return cls(kind="sqlite", name=path)
         if parsed.scheme in ("mysql", "mariadb", "mysql+pymysql"):
             name = parsed.path.lstrip("/")
             if not name:

@@ -278,7 +278,11 @@ def _global_options(parser: argparse.ArgumentParser, *, in_verb: bool) -> None:
     group = parser.add_argument_group(
         "connection (override INGEST_DB_URL, INGEST_REDIS_URL, INGEST_KEY_PREFIX)"
     )
-    group.add_argument("--db-url", default=default, help="database URL (mysql://… or sqlite:///PATH)")
+    group.add_argument(
+        "--db-url",
+        default=default,
+        help="database URL (mysql://…, sqlite:///relative.db or sqlite:////absolute.db)",
+    )
     group.add_argument("--redis-url", default=default, help="Redis URL")
     group.add_argument("--key-prefix", default=default, help="prefix of every Redis key")
     group.add_argument("--traceback", action="store_true", default=default, help="show a traceback on errors")
