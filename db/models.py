@@ -198,7 +198,8 @@ class MemoryMessage(BaseModel):
 
     class Meta:
         table_name = "memory_message"
-        indexes = ((("memory_id", "position"), False),)
+        # (memory_id, position): a conversation in order; (memory_id, id): search's keyset blocks
+        indexes = ((("memory_id", "position"), False), (("memory_id", "id"), False))
 
 
 class Strike(BaseModel):

@@ -237,28 +237,14 @@ def conversation(settings: Settings, memory_id: str) -> list[dict[str, Any]]:
 def vector_blocks(
     memory_id: str, dim: int, block_rows: int = BLOCK_ROWS
 ) -> Iterator[tuple[list[str], np.ndarray]]:
-    """``(message ids, float32 matrix)`` blocks of a memory's vectors, by id (keyset)."""
-    import numpy as np
+    """``(message ids, float32 matrix)`` blocks of a memory's vectors, by id (keyset, on the
+    ``(memory_id, id)`` index)."""
+    from ingest.search import keyset_vector_blocks
 
-    last = ""
-    while True:
-        with connection():
-            rows = list(
-                MemoryMessage.select(MemoryMessage.id, MemoryMessage.vector)
-                .where((MemoryMessage.memory_id == memory_id) & (MemoryMessage.id > last))
-                .order_by(MemoryMessage.id)
-                .limit(block_rows)
-                .tuples()
-            )
-        if not rows:
-            return
-        last = rows[-1][0]
-        good = [(mid, bytes(vec)) for mid, vec in rows if vec is not None and len(vec) == dim * 4]
-        if good:
-            matrix = np.frombuffer(b"".join(v for _, v in good), dtype=np.float32).reshape(len(good), dim)
-            yield [mid for mid, _ in good], matrix
-        if len(rows) < block_rows:
-            return
+    query = MemoryMessage.select(MemoryMessage.id, MemoryMessage.vector).where(
+        MemoryMessage.memory_id == memory_id
+    )
+    return keyset_vector_blocks(query, MemoryMessage.id, dim, block_rows)
 
 
 def search_memory(

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
+import peewee
 
 from db.config import Settings
 from db.database import connection, init_database
@@ -71,25 +72,33 @@ def vector_blocks(
     kb_id: str, dim: int, block_rows: int = BLOCK_ROWS
 ) -> Iterator[tuple[list[str], np.ndarray]]:
     """``(chunk ids, float32 matrix)`` blocks of the knowledge base's current chunks, by id."""
-    last = ""
     current = (Document.id == ChunkRow.doc_id) & (Document.generation == ChunkRow.generation)
+    query = (
+        ChunkRow.select(ChunkRow.id, ChunkRow.vector)
+        .join(Document, on=current)
+        .where((ChunkRow.kb_id == kb_id) & ChunkRow.vector.is_null(False))
+    )
+    return keyset_vector_blocks(query, ChunkRow.id, dim, block_rows)
+
+
+def keyset_vector_blocks(
+    query: peewee.Select, key: peewee.Field, dim: int, block_rows: int = BLOCK_ROWS
+) -> Iterator[tuple[list[str], np.ndarray]]:
+    """``(ids, float32 matrix)`` blocks of the ``(id, vector)`` rows ``query`` selects, read by
+    keyset pagination on ``key`` (``key > last ORDER BY key``: give it an index that starts
+    with the query's equality columns and ends with ``key``). Vectors that are not ``dim``
+    float32 values are left out; each block is read on a connection of its own."""
+    last = ""
     while True:
         with connection():
-            rows = list(
-                ChunkRow.select(ChunkRow.id, ChunkRow.vector)
-                .join(Document, on=current)
-                .where((ChunkRow.kb_id == kb_id) & (ChunkRow.id > last) & ChunkRow.vector.is_null(False))
-                .order_by(ChunkRow.id)
-                .limit(block_rows)
-                .tuples()
-            )
+            rows = list(query.where(key > last).order_by(key).limit(block_rows).tuples())
         if not rows:
             return
         last = rows[-1][0]
-        good = [(cid, bytes(vec)) for cid, vec in rows if vec is not None and len(vec) == dim * 4]
+        good = [(rid, bytes(vec)) for rid, vec in rows if vec is not None and len(vec) == dim * 4]
         if good:
             matrix = np.frombuffer(b"".join(v for _, v in good), dtype=np.float32).reshape(len(good), dim)
-            yield [cid for cid, _ in good], matrix
+            yield [rid for rid, _ in good], matrix
         if len(rows) < block_rows:
             return
 

@@ -1,0 +1,45 @@
+"""Memory search reads a memory's vectors in keyset blocks (the reader search uses, on the
+(memory_id, id) index): every vector of that memory once, no other memory's, whatever the block."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ingest.memory import check_message, store_message, vector_blocks
+from ingest.search import top_k
+
+DIM = 4
+
+
+def _save(memory_id: str, n: int, vector: np.ndarray) -> str:
+    raw = {"memory_id": memory_id, "source_id": f"s{n}", "message_dict": {"role": "user", "content": f"m{n}"}}
+    return store_message(check_message(raw), vector, "t" * 32, default_position=n)
+
+
+@pytest.mark.parametrize("block_rows", [1, 3, 7, 4096])
+def test_blocks_hold_each_vector_of_the_memory_once_in_id_order(db, block_rows):
+    rng = np.random.default_rng(7)
+    vectors = {}
+    for n in range(7):
+        vector = rng.standard_normal(DIM).astype(np.float32)
+        vectors[_save("m1", n, vector)] = vector
+        _save("m2", n, rng.standard_normal(DIM).astype(np.float32))  # another memory: never read
+    store_message(
+        check_message(
+            {"memory_id": "m1", "source_id": "bad", "message_dict": {"role": "user", "content": "x"}}
+        ),
+        np.zeros(DIM + 1, dtype=np.float32),  # another dimension: left out
+        "t" * 32,
+        default_position=99,
+    )
+    blocks = list(vector_blocks("m1", DIM, block_rows))
+    ids = [i for block_ids, _ in blocks for i in block_ids]
+    assert ids == sorted(vectors) and all(len(b) <= block_rows for b, _ in blocks)
+    for block_ids, matrix in blocks:
+        assert matrix.shape == (len(block_ids), DIM)
+        for i, row in zip(block_ids, matrix, strict=True):
+            assert np.array_equal(row, vectors[i])
+    query = rng.standard_normal(DIM).astype(np.float32)
+    every = sorted(((i, float(v @ query)) for i, v in vectors.items()), key=lambda p: (-p[1], p[0]))[:3]
+    assert [i for i, _ in top_k(vector_blocks("m1", DIM, block_rows), query, 3)] == [i for i, _ in every]
