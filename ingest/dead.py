@@ -23,7 +23,7 @@ from db.models import DEAD, QUEUED, Task, now_ms
 from db.streams import connect
 from ingest.documents import lock_documents, recompute_documents
 from ingest.errors import NotFound
-from ingest.lines import PROGRESS_MSG_CAP
+from ingest.lines import appended
 from ingest.publish import publish_messages, task_message
 
 PAGE = 1000
@@ -201,13 +201,12 @@ def _requeue(by_task: dict[str, DeadLetter], skipped: list[tuple[str, str]]) -> 
     if not live:
         return []
     for tid in live:
-        text = Task.select(Task.progress_msg).where(Task.id == tid).scalar() or ""
         Task.update(
             status=QUEUED,
             progress=0.0,
             owner="",
             handback_count=0,
-            progress_msg=_append(text, f"re-queued by dead replay of entry {by_task[tid].id}"),
+            progress_msg=appended(Task.progress_msg, f"re-queued by dead replay of entry {by_task[tid].id}"),
             update_time=now_ms(),
         ).where((Task.id == tid) & (Task.status == DEAD)).execute()
     recompute_documents(doc_ids)
@@ -218,13 +217,6 @@ def _requeue(by_task: dict[str, DeadLetter], skipped: list[tuple[str, str]]) -> 
         .where(Task.id.in_(live))
         .dicts()
     )
-
-
-def _append(text: str, line: str) -> str:
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-    new = f"{stamp} {line}"
-    out = f"{text.rstrip()}\n{new}" if text.strip() else new
-    return out[-PROGRESS_MSG_CAP:]
 
 
 def purge(settings: Settings, older_than_s: float) -> PurgeResult:
