@@ -38,6 +38,22 @@ def _default_model() -> str:
     return str(get_model_path())
 
 
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def parse_bool(text: str | bool) -> bool:
+    """``true``/``false`` (also 1/0, yes/no, on/off, any case)."""
+    if isinstance(text, bool):
+        return text
+    low = text.strip().lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise ValueError(f"not a boolean: {text!r} (use true or false)")
+
+
 @dataclass(frozen=True)
 class Settings:
     """Every setting of the producer and the executor; see README's configuration table."""
@@ -86,6 +102,43 @@ class Settings:
     progress_interval_s: float = field(
         default=1.0, metadata={"help": "how often progress is written to the task rows"}
     )
+    # -- tenants (the fair gate; per-tenant overrides: ``ingest tenant limits``) --------------
+    tenant_max_running: int = field(
+        default=5, metadata={"help": "tasks one tenant may run at once, fleet-wide (0 = paused)"}
+    )
+    tenant_max_queued: int = field(
+        default=0, metadata={"help": "unfinished tasks one tenant may have; over it a submit is refused (0 = no cap)"}
+    )
+    tenant_max_docs: int = field(
+        default=0, metadata={"help": "documents one submission may hold (0 = no cap)"}
+    )
+    # -- results ---------------------------------------------------------------------------
+    results_ttl_s: float = field(
+        default=14400.0, metadata={"help": "how long a finished task's result is kept"}
+    )
+    single_use_results: bool = field(
+        default=True, metadata={"help": "a fetched result expires result_removal_delay_s after its first fetch"}
+    )
+    result_removal_delay_s: float = field(
+        default=300.0, metadata={"help": "life of a single-use result after its first fetch"}
+    )
+    # -- HTTP API (``ingest serve``) -------------------------------------------------------------
+    api_host: str = field(default="127.0.0.1", metadata={"help": "address ingest serve binds"})
+    api_port: int = field(default=8080, metadata={"help": "port ingest serve listens on"})
+    api_workers: int = field(default=1, metadata={"help": "ingest serve worker processes"})
+    api_tenant_header: str = field(
+        default="X-Tenant-Id", metadata={"help": "request header that names the tenant"}
+    )
+    api_keys: str = field(
+        default="", metadata={"help": "per-tenant API keys: TENANT=KEY, comma separated (empty: no keys)"}
+    )
+    api_admin_key: str = field(default="", metadata={"help": "the admin API key (empty: no admin routes)"})
+    api_max_request_bytes: int = field(
+        default=268435456, metadata={"help": "larger request bodies are refused with 413"}
+    )
+    api_max_watchers: int = field(
+        default=1000, metadata={"help": "server-sent-event watchers one server process keeps at once"}
+    )
 
     @staticmethod
     def env_name(name: str) -> str:
@@ -117,6 +170,11 @@ class Settings:
             raise ValueError("tracing must be auto, otlp, console or off")
         if self.pages_per_task < 1:
             raise ValueError("pages_per_task must be at least 1")
+        for name in ("tenant_max_running", "tenant_max_queued", "tenant_max_docs"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be 0 or more")
+        if self.results_ttl_s <= 0 or self.result_removal_delay_s <= 0:
+            raise ValueError("results_ttl_s and result_removal_delay_s must be positive")
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
@@ -125,6 +183,8 @@ class Settings:
 def _convert(f: dataclasses.Field[Any], raw: str) -> Any:
     kind = f.type if isinstance(f.type, type) else str(f.type)
     try:
+        if kind in (bool, "bool"):
+            return parse_bool(raw)
         if kind in (int, "int"):
             return int(raw)
         if kind in (float, "float"):

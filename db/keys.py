@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 PRIORITIES = (1, 0)  # read order: high first
 PUBLISHED_TTL_S = 7 * 86400
+DEFAULT_TENANT = "default"
+# A tenant id goes into key names: letters, digits and ``._@-``, 1 to 64 of them.
+_TENANT_ID = re.compile(r"^[A-Za-z0-9._@-]{1,64}$")
+
+
+def check_tenant(tenant_id: object) -> str:
+    """``tenant_id`` if it is a valid tenant id, else ``ValueError`` naming the rule."""
+    if not isinstance(tenant_id, str) or not _TENANT_ID.match(tenant_id):
+        raise ValueError(
+            f"a tenant id has 1 to 64 letters, digits or ._@- characters, not {tenant_id!r}"
+        )
+    return tenant_id
 
 
 @dataclass(frozen=True)
@@ -26,6 +39,53 @@ class Keys:
 
     def priority_of(self, stream: str) -> int:
         return int(stream.rsplit(":", 1)[1])
+
+    def backlog(self, priority: int, tenant_id: str) -> str:
+        """A tenant's waiting work at one priority (a stream without a group): the fair gate
+        (``db.streams``) admits it into ``queue(priority)``."""
+        return f"{self.queue(priority)}:t:{tenant_id}"
+
+    def ready(self, priority: int) -> str:
+        """ZSET of tenants with backlog at ``priority`` and a free slot; the lowest score is the
+        longest unserved (scores come from the ``rr`` counter)."""
+        return f"{self.prefix}:ready:{priority}"
+
+    @property
+    def parked(self) -> str:
+        """ZSET of tenants at their running cap, scored by when to look at them again (ms)."""
+        return f"{self.prefix}:parked"
+
+    @property
+    def rr(self) -> str:
+        """The round-robin counter that scores ``ready``."""
+        return f"{self.prefix}:rr"
+
+    def running(self, tenant_id: str) -> str:
+        """ZSET of a tenant's running slots: member ``{priority}:{entry id}``, score its deadline (ms)."""
+        return f"{self.prefix}:tenant:{tenant_id}:running"
+
+    def limits(self, tenant_id: str) -> str:
+        """HASH of a tenant's limit overrides (``max_running``…), mirrored from the ``tenant`` table."""
+        return f"{self.prefix}:tenant:{tenant_id}:limits"
+
+    @property
+    def limits_mirrored(self) -> str:
+        """Set once the limit overrides are mirrored into Redis (the reconciler re-mirrors
+        when it is missing: Redis lost its data)."""
+        return f"{self.prefix}:tenants:mirrored"
+
+    @property
+    def notify(self) -> str:
+        """The wake-up stream (``XADD MAXLEN 1``): idle executors block on it."""
+        return f"{self.prefix}:notify"
+
+    def result(self, task_id: str) -> str:
+        """A finished task's result, expiring (``INGEST_RESULTS_TTL_S``)."""
+        return f"{self.prefix}:result:{task_id}"
+
+    @property
+    def result_pattern(self) -> str:
+        return f"{self.prefix}:result:*"
 
     @property
     def group(self) -> str:
@@ -70,3 +130,19 @@ class Keys:
     def stats(self) -> str:
         """Fleet counters (e.g. how many rows the reconciler re-published)."""
         return f"{self.prefix}:stats"
+
+
+# The same names for the Lua scripts that build keys from a tenant id they read (the fair gate
+# in ``db.streams``); keep both halves of this module in step.
+LUA_KEYS = """
+local PRIOS = {'1', '0'}
+local function k_queue(prefix, p) return prefix .. ':queue:' .. p end
+local function k_backlog(prefix, p, t) return prefix .. ':queue:' .. p .. ':t:' .. t end
+local function k_ready(prefix, p) return prefix .. ':ready:' .. p end
+local function k_parked(prefix) return prefix .. ':parked' end
+local function k_rr(prefix) return prefix .. ':rr' end
+local function k_running(prefix, t) return prefix .. ':tenant:' .. t .. ':running' end
+local function k_limits(prefix, t) return prefix .. ':tenant:' .. t .. ':limits' end
+local function k_notify(prefix) return prefix .. ':notify' end
+local function k_published(prefix, task) return prefix .. ':published:' .. task end
+"""

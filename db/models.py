@@ -147,6 +147,8 @@ class Task(BaseModel):
 
     class Meta:
         table_name = "task"
+        # (tenant_id, status): a tenant's unfinished tasks, counted at submit (the queued cap)
+        indexes = ((("tenant_id", "status"), False),)
 
 
 class Chunk(BaseModel):
@@ -223,6 +225,21 @@ class Strike(BaseModel):
         table_name = "strike"
 
 
+class Tenant(BaseModel):
+    """A tenant's limit overrides (NULL: the setting's default applies, so a changed default
+    reaches every tenant that has no override); also the row a submit locks to count its queue."""
+
+    id = peewee.CharField(max_length=64, primary_key=True)
+    max_running = peewee.IntegerField(null=True)  # tasks running at once, fleet-wide; 0 = paused
+    max_queued = peewee.IntegerField(null=True)  # unfinished tasks; 0 = no cap
+    max_docs = peewee.IntegerField(null=True)  # documents per submission; 0 = no cap
+    create_time = peewee.BigIntegerField(default=now_ms)
+    update_time = peewee.BigIntegerField(default=now_ms)
+
+    class Meta:
+        table_name = "tenant"
+
+
 class SchemaVersion(BaseModel):
     id = peewee.IntegerField(primary_key=True)
     version = peewee.IntegerField()
@@ -240,5 +257,6 @@ ALL_MODELS: list[type[BaseModel]] = [
     Dataflow,
     MemoryMessage,
     Strike,
+    Tenant,
     SchemaVersion,
 ]

@@ -1,13 +1,17 @@
 """Redis: the connection and every write to the task streams, each one atomic (Lua).
 
-- ``publish``: XADD a task's message and set ``published:{task}`` only if that key is absent,
+- ``publish``: XADD a task's message to its tenant's backlog (the fair gate of :mod:`db.gate`
+  admits it into the priority stream) and set ``published:{task}`` only if that key is absent,
   so a task has at most one live entry (``queue_product`` is the one-message form).
-- ``ack``: for each finished entry, only if this consumer still owns it (XPENDING), XACK, XDEL
-  and DEL of the published key; optionally XADD the original to the dead-letter stream first.
-- ``hand_back``: only if the entry is still ours, ack and delete it and publish a fresh one.
-- ``renew``: XCLAIM JUSTID (idle 0) of the entries this consumer still owns.
+- ``ack``: for each finished entry, only if this consumer still owns it (XPENDING), XACK, XDEL,
+  DEL of the published key and the end of its tenant slot; optionally XADD the original to the
+  dead-letter stream first.
+- ``hand_back``: only if the entry is still ours, ack and delete it, free its slot and publish
+  a fresh one into the backlog.
+- ``renew``: XCLAIM JUSTID (idle 0) of the entries this consumer still owns; their slots'
+  deadlines move on.
 - ``reclaim``: XAUTOCLAIM (without JUSTID: the delivery count rises) of entries idle too long,
-  with each one's delivery count from XPENDING, in one call.
+  with each one's delivery count from XPENDING, in one call; each keeps its slot.
 - ``remove_consumers``: XGROUP DELCONSUMER, only of consumers with no pending entry and no
   heartbeat (DELCONSUMER would drop a consumer's pending entries for good).
 
@@ -24,7 +28,8 @@ from typing import Any
 import orjson
 import redis
 
-from db.keys import PUBLISHED_TTL_S, Keys
+from db.gate import GATE_LIB
+from db.keys import DEFAULT_TENANT, PUBLISHED_TTL_S, Keys, check_tenant
 
 # Errors that mean "Redis is unreachable or restarting": back off and retry, don't fail.
 RETRYABLE_REDIS_ERRORS: tuple[type[BaseException], ...] = (
@@ -38,6 +43,22 @@ RETRYABLE_REDIS_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 BLOCK_MS_MAX = 2000
+DEFAULT_SLOT_MS = 600_000  # 2 × the default redelivery timeout
+
+
+def slot_ms_for(settings: Any) -> int:
+    """A tenant slot lives 2 × the redelivery timeout past its last renewal (``db.gate``)."""
+    return max(1000, int(2 * settings.redelivery_timeout_s * 1000))
+
+
+def tenant_of(message: Mapping[str, Any]) -> str:
+    """The tenant a message is gated under: its ``tenant_id`` when it is a valid one, else
+    the default tenant (a message outside the contract is still delivered, and judged)."""
+    tenant = message.get("tenant_id")
+    try:
+        return check_tenant(tenant) if tenant is not None else DEFAULT_TENANT
+    except ValueError:
+        return DEFAULT_TENANT
 
 
 def connect(url: str) -> redis.Redis:
@@ -60,24 +81,35 @@ def encode_message(message: Mapping[str, Any]) -> str:
     return orjson.dumps(message).decode()
 
 
-_PUBLISH = """
--- KEYS: stream, published key; ARGV: message json, ttl seconds
-if redis.call('EXISTS', KEYS[2]) == 1 then return false end
-local id = redis.call('XADD', KEYS[1], '*', 'message', ARGV[1])
-redis.call('SET', KEYS[2], KEYS[1] .. ' ' .. id, 'EX', ARGV[2])
+_PUBLISH = (
+    GATE_LIB
+    + """
+-- KEYS: published key; ARGV: prefix, priority, tenant, task id, message json, ttl, wake (1/0)
+-- The entry goes into the tenant's backlog; the fair gate admits it (db.gate).
+if redis.call('EXISTS', KEYS[1]) == 1 then return false end
+local key, id = backlog_add(ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+redis.call('SET', KEYS[1], key .. ' ' .. id, 'EX', ARGV[6])
+if ARGV[7] == '1' then wake(ARGV[1]) end
 return id
 """
+)
 
-_ACK = """
+_WAKE = GATE_LIB + "wake(ARGV[1]) return 1"
+
+_ACK = (
+    GATE_LIB
+    + """
 -- KEYS: per entry (stream, published key) pairs, then the dead-letter stream last
--- ARGV: group, consumer, then per entry: entry id, dead reason ('' = no dead letter),
+-- ARGV: group, consumer, prefix, then per entry: entry id, dead reason ('' = no dead letter),
 --       raw message, delivery count, now (ms), task id
-local group, consumer = ARGV[1], ARGV[2]
+-- Frees the entry's tenant slot; a tenant that was parked at its cap is put back (and the
+-- fleet woken).
+local group, consumer, prefix = ARGV[1], ARGV[2], ARGV[3]
 local n = (#KEYS - 1) / 2
-local acked = {}
+local acked, woke = {}, false
 for i = 1, n do
   local stream, pub = KEYS[2 * i - 1], KEYS[2 * i]
-  local base = 3 + (i - 1) * 6
+  local base = 4 + (i - 1) * 6
   local id, reason = ARGV[base], ARGV[base + 1]
   local p = redis.call('XPENDING', stream, group, id, id, 1)
   if p[1] and p[1][2] == consumer then
@@ -86,59 +118,86 @@ for i = 1, n do
         'deliveries', ARGV[base + 3], 'time', ARGV[base + 4], 'stream', stream,
         'entry', id, 'task_id', ARGV[base + 5], 'consumer', consumer)
     end
+    local t = entry_tenant(stream, id)
     redis.call('XACK', stream, group, id)
     redis.call('XDEL', stream, id)
+    if t and free_slot(prefix, stream, id, t) then woke = true end
     if pub ~= '' and redis.call('GET', pub) == stream .. ' ' .. id then redis.call('DEL', pub) end
     acked[#acked + 1] = 1
   else
     acked[#acked + 1] = 0
   end
 end
+if woke then wake(prefix) end
 return acked
 """
+)
 
-_HAND_BACK = """
--- KEYS: stream, published key; ARGV: group, consumer, entry id, new message json, ttl
+_HAND_BACK = (
+    GATE_LIB
+    + """
+-- KEYS: stream, published key; ARGV: group, consumer, entry id, new message json, ttl,
+--       prefix, tenant, task id
+-- The slot is freed and the task goes to the back of its tenant's backlog.
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
 if not (p[1] and p[1][2] == ARGV[2]) then return false end
+local prefix = ARGV[6]
+local t = entry_tenant(KEYS[1], ARGV[3])
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 redis.call('XDEL', KEYS[1], ARGV[3])
-local id = redis.call('XADD', KEYS[1], '*', 'message', ARGV[4])
-redis.call('SET', KEYS[2], KEYS[1] .. ' ' .. id, 'EX', ARGV[5])
+if t then free_slot(prefix, KEYS[1], ARGV[3], t) end
+local key, id = backlog_add(prefix, prio_of(KEYS[1]), ARGV[7], ARGV[8], ARGV[4])
+redis.call('SET', KEYS[2], key .. ' ' .. id, 'EX', ARGV[5])
+wake(prefix)
 return id
 """
+)
 
-_RENEW = """
--- KEYS: streams (one per entry); ARGV: group, consumer, entry ids (one per key)
+_RENEW = (
+    GATE_LIB
+    + """
+-- KEYS: streams (one per entry); ARGV: group, consumer, prefix, slot ms, entry ids (one per key)
 -- returns per entry: 1 renewed, 0 owned by another consumer, -1 gone (its stream or group too)
+-- A renewed entry's tenant slot gets a new deadline.
 local out = {}
+local deadline = now_ms() + tonumber(ARGV[4])
 for i = 1, #KEYS do
-  local id = ARGV[i + 2]
+  local id = ARGV[i + 4]
   local p = redis.pcall('XPENDING', KEYS[i], ARGV[1], id, id, 1)
   if p['err'] or not p[1] then out[i] = -1
   elseif p[1][2] ~= ARGV[2] then out[i] = 0
   else
     redis.call('XCLAIM', KEYS[i], ARGV[1], ARGV[2], 0, id, 'JUSTID')
+    local t = entry_tenant(KEYS[i], id)
+    if t then arm_slot(ARGV[3], KEYS[i], id, t, deadline) end
     out[i] = 1
   end
 end
 return out
 """
+)
 
 
-_RECLAIM = """
--- KEYS: stream; ARGV: group, consumer, min idle ms, cursor, count
--- returns {next cursor, {{id, delivery count, fields}, ...}}
+_RECLAIM = (
+    GATE_LIB
+    + """
+-- KEYS: stream; ARGV: group, consumer, min idle ms, cursor, count, prefix, slot ms
+-- returns {next cursor, {{id, delivery count, fields}, ...}}; a reclaimed entry keeps its
+-- tenant slot (re-armed, or taken again if it had expired), never a second one
 local res = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 'COUNT', ARGV[5])
 local out = {}
+local deadline = now_ms() + tonumber(ARGV[7])
 for i, e in ipairs(res[2]) do
   local p = redis.call('XPENDING', KEYS[1], ARGV[1], e[1], e[1], 1)
   local n = 0
   if p[1] then n = p[1][4] end
+  local t = field_of(e[2], 'tenant')
+  if t then arm_slot(ARGV[6], KEYS[1], e[1], t, deadline) end
   out[i] = {e[1], n, e[2] or false}
 end
 return {res[1], out}
 """
+)
 
 _REMOVE_CONSUMERS = """
 -- KEYS: stream, then one heartbeat key per consumer; ARGV: group, then the consumer names
@@ -182,15 +241,18 @@ class AckItem:
     dead_reason: str = ""
     raw: str = ""
     deliveries: int = 0
+    outcome: Mapping[str, Any] | None = None  # the task's result, when this step ended it (db.results)
 
 
 class Streams:
     """The task streams of one key prefix: publish, read helpers, ack, hand back, renew."""
 
-    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+    def __init__(self, client: redis.Redis, keys: Keys, *, slot_ms: int = DEFAULT_SLOT_MS) -> None:
         self.client = client
         self.keys = keys
+        self.slot_ms = slot_ms  # a tenant slot's life without renewal (2 × redelivery timeout)
         self._publish = client.register_script(_PUBLISH)
+        self._wake = client.register_script(_WAKE)
         self._ack = client.register_script(_ACK)
         self._hand_back = client.register_script(_HAND_BACK)
         self._renew = client.register_script(_RENEW)
@@ -209,7 +271,8 @@ class Streams:
 
     # -- publish -----------------------------------------------------------------------
     def publish_many(self, messages: Sequence[Mapping[str, Any]], *, chunk: int = 1000) -> list[str | None]:
-        """Publish each message on its priority stream; None where the task already has a live entry.
+        """Publish each message into its tenant's backlog at its priority; None where the task
+        already has a live entry. The fleet is woken once per chunk.
 
         Pipelined: one round trip per ``chunk`` messages. Raises a Redis error if Redis refuses.
         """
@@ -217,22 +280,32 @@ class Streams:
         for start in range(0, len(messages), chunk):
             pipe = self.client.pipeline(transaction=False)
             for msg in messages[start : start + chunk]:
-                stream = self.keys.queue(int(msg.get("priority", 0)))
-                self._publish(
-                    keys=[stream, self.keys.published(str(msg["id"]))],
-                    args=[encode_message(msg), PUBLISHED_TTL_S],
-                    client=pipe,
-                )
-            out.extend(pipe.execute())
+                self._publish_one(msg, wake=False, client=pipe)
+            self._wake(keys=[], args=[self.keys.prefix], client=pipe)
+            out.extend(pipe.execute()[:-1])
         return out
 
-    def queue_product(self, queue: str, message: Mapping[str, Any]) -> str | None:
-        """Publish one message on ``queue`` (guarded by the task's published key)."""
-        result = self._publish(
-            keys=[queue, self.keys.published(str(message["id"]))],
-            args=[encode_message(message), PUBLISHED_TTL_S],
+    def queue_product(self, message: Mapping[str, Any]) -> str | None:
+        """Publish one message (guarded by the task's published key) and wake the fleet."""
+        return self._publish_one(message, wake=True, client=self.client)
+
+    def _publish_one(self, msg: Mapping[str, Any], *, wake: bool, client: Any) -> Any:
+        priority = int(msg.get("priority", 0))
+        self.keys.queue(priority)  # refuses a priority outside the contract
+        task_id = str(msg["id"])
+        return self._publish(
+            keys=[self.keys.published(task_id)],
+            args=[
+                self.keys.prefix,
+                priority,
+                tenant_of(msg),
+                task_id,
+                encode_message(msg),
+                PUBLISHED_TTL_S,
+                1 if wake else 0,
+            ],
+            client=client,
         )
-        return result
 
     # -- ack / dead letter ---------------------------------------------------------------
     def ack(self, consumer: str, items: Sequence[AckItem]) -> list[bool]:
@@ -240,7 +313,7 @@ class Streams:
         if not items:
             return []
         keys: list[str] = []
-        args: list[Any] = [self.keys.group, consumer]
+        args: list[Any] = [self.keys.group, consumer, self.keys.prefix]
         now = int(time.time() * 1000)
         for item in items:
             keys += [item.stream, self.keys.published(item.task_id) if item.task_id else ""]
@@ -249,10 +322,21 @@ class Streams:
         return [bool(x) for x in self._ack(keys=keys, args=args)]
 
     def hand_back(self, consumer: str, stream: str, entry_id: str, message: Mapping[str, Any]) -> str | None:
-        """If the entry is still ours: ack it, delete it and publish ``message`` afresh."""
+        """If the entry is still ours: ack it, delete it, free its slot and publish ``message``
+        afresh at the back of its tenant's backlog."""
+        task_id = str(message["id"])
         return self._hand_back(
-            keys=[stream, self.keys.published(str(message["id"]))],
-            args=[self.keys.group, consumer, entry_id, encode_message(message), PUBLISHED_TTL_S],
+            keys=[stream, self.keys.published(task_id)],
+            args=[
+                self.keys.group,
+                consumer,
+                entry_id,
+                encode_message(message),
+                PUBLISHED_TTL_S,
+                self.keys.prefix,
+                tenant_of(message),
+                task_id,
+            ],
         )
 
     def renew(self, consumer: str, entries: Sequence[tuple[str, str]]) -> list[int]:
@@ -266,7 +350,7 @@ class Streams:
             int(x)
             for x in self._renew(
                 keys=[s for s, _ in entries],
-                args=[self.keys.group, consumer, *[e for _, e in entries]],
+                args=[self.keys.group, consumer, self.keys.prefix, self.slot_ms, *[e for _, e in entries]],
             )
         ]
 
@@ -277,7 +361,8 @@ class Streams:
         ``cursor``; returns the next cursor ("0-0" once the pending list is walked) and the
         entries, each with its delivery count (this claim included) and ``reclaimed`` set."""
         cursor, found = self._reclaim(
-            keys=[stream], args=[self.keys.group, consumer, min_idle_ms, cursor, count]
+            keys=[stream],
+            args=[self.keys.group, consumer, min_idle_ms, cursor, count, self.keys.prefix, self.slot_ms],
         )
         entries = [
             decode_entry(stream, eid, _pairs(fields), deliveries=int(n), reclaimed=True)

@@ -25,6 +25,7 @@ from db.models import (
     Task,
     now_ms,
 )
+from db.results import result_record
 from db.streams import AckItem, Entry
 from executor import sql
 from executor.book import Claimed
@@ -101,11 +102,20 @@ class ClaimPlan:
             Note("info", f"held by {rule.describe()}", {"task_id": task_id, "task_type": task_type, **extra})
         )
 
-    def dead(self, entry: Entry, task_id: str, reason: str, deliveries: int = 0) -> None:
+    def dead(
+        self,
+        entry: Entry,
+        task_id: str,
+        reason: str,
+        deliveries: int = 0,
+        outcome: dict[str, Any] | None = None,
+    ) -> None:
         raw = entry.raw or ""
         if len(raw) > MAX_MESSAGE_BYTES:
             raw = raw[:MAX_MESSAGE_BYTES]
-        item = AckItem(entry.stream, entry.entry_id, task_id, reason, raw, deliveries or entry.deliveries)
+        item = AckItem(
+            entry.stream, entry.entry_id, task_id, reason, raw, deliveries or entry.deliveries, outcome
+        )
         self.acks.append(item)
         self.notes.append(
             Note("warning", f"dead letter: {reason}", {"task_id": task_id, "entry": entry.entry_id})
@@ -275,7 +285,7 @@ def _bury_rows(items: list[tuple[Entry, dict[str, Any], str]], rows: dict[str, A
     now = now_ms()
     for entry, msg, reason in items:
         row = rows[msg["id"]][0]
-        Task.update(
+        buried = Task.update(
             status=DEAD,
             progress=-1.0,
             owner="",
@@ -284,7 +294,9 @@ def _bury_rows(items: list[tuple[Entry, dict[str, Any], str]], rows: dict[str, A
         ).where(
             (Task.id == row["id"]) & (Task.status.in_([QUEUED, RUNNING])) & (Task.attempt == row["attempt"])
         ).execute()
-        plan.dead(entry, row["id"], reason, max(entry.deliveries, int(row.get("handback_count") or 0)))
+        outcome = result_record(row, DEAD, error=reason, finished_at=now) if buried else None
+        deliveries = max(entry.deliveries, int(row.get("handback_count") or 0))
+        plan.dead(entry, row["id"], reason, deliveries, outcome)
     recompute_documents(doc_ids)
 
 

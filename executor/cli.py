@@ -15,7 +15,7 @@ from typing import Any
 
 import trio
 
-from db.config import Settings, parse_duration
+from db.config import Settings, parse_bool, parse_duration
 from executor.logs import setup_logging
 
 log = logging.getLogger("executor.cli")
@@ -47,6 +47,8 @@ def _flag_type(f: dataclasses.Field[Any]) -> Any:
     kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
     if kind == "int":
         return int
+    if kind == "bool":
+        return parse_bool
     if kind == "float":
         return duration if f.name.endswith("_s") else float
     return str

@@ -15,6 +15,7 @@ from redis.retry import Retry
 
 from db.config import Settings
 from db.database import RETRYABLE_DB_ERRORS, connection
+from db.gate import Gate
 from db.keys import Keys
 from db.streams import BLOCK_MS_MAX, RETRYABLE_REDIS_ERRORS, Entry, Streams, decode_entry
 from executor.book import STOP_LOST, Book, Claimed
@@ -30,21 +31,7 @@ MAX_CLAIMS_IN_FLIGHT = 4  # read-and-claim hops whose commit has not come back y
 ORPHAN_CHECK_S = 30.0  # also after every Redis outage: entries pending under us that we do not know
 ORPHAN_SCAN_MAX = 1000
 DEFER_RECHECK_S = 2.0  # how soon a deferred entry is looked at again
-
-# New entries from the priority streams in order (KEYS high first), never more than ARGV[3].
-_READ_NEW = """
-local out = {}
-local free = tonumber(ARGV[3])
-for i = 1, #KEYS do
-  if free <= 0 then break end
-  local res = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', free, 'STREAMS', KEYS[i], '>')
-  if res then
-    out[#out + 1] = {KEYS[i], res[1][2]}
-    free = free - #res[1][2]
-  end
-end
-return out
-"""
+DISPATCH_ROUNDS_MAX = 8  # dispatch calls in a row while at-cap tenants are being parked
 
 # For entries pending under this consumer: their fields, only while still pending and ours.
 _OWN_ENTRIES = """
@@ -82,8 +69,9 @@ def _pairs(flat: list[str] | None) -> dict[str, str] | None:
     return dict(zip(flat[::2], flat[1::2], strict=True)) if flat else None
 
 
-def _entries(resp: Any, **kw: Any) -> list[Entry]:
-    return [decode_entry(stream, eid, fields, **kw) for stream, items in resp or [] for eid, fields in items]
+def _entries(resp: Any) -> list[Entry]:
+    """Entries of a Lua reply ``[[stream, [[id, [field, value, ...]], ...]], ...]``."""
+    return [decode_entry(stream, eid, _pairs(fields)) for stream, items in resp or [] for eid, fields in items]
 
 
 class Collector:
@@ -118,7 +106,8 @@ class Collector:
         self.redis_outage, self.db_outage = outages
         self.reader = read_client(settings.redis_url)
         self._own = streams.client.register_script(_OWN_ENTRIES)
-        self._read_new = self.reader.register_script(_READ_NEW)
+        self.gate = Gate(self.reader, self.keys)
+        self._last_wake = "0-0"  # the newest wake-up seen by the last dispatch
         self._reader_id: int | None = None
         self.stopping = False
         self.taken_over = trio.Event()  # set once the start-up takeover is done (the sweeper waits)
@@ -251,20 +240,32 @@ class Collector:
         self._follow_up(plan)
 
     def read_new(self, free: int) -> list[Entry]:
-        """New entries, high priority first, never more than ``free``; block ≤ 2 s when all are empty."""
+        """New entries through the fair gate (:mod:`db.gate`), high priority first, never more
+        than ``free``; when nothing is admitted, block ≤ 2 s on the wake-up stream, then try once more."""
         if self._reader_id is None:
             self._reader_id = int(self.reader.client_id())
-        group = self.keys.group
-        resp = self._read_new(keys=self.keys.queues, args=[group, self.consumer, free])
-        out = [
-            decode_entry(stream, eid, _pairs(fields)) for stream, items in resp or [] for eid, fields in items
-        ]
+        out = self._dispatch(free)
         if not out and not self.stopping:
-            streams = {s: ">" for s in self.keys.queues}
-            resp = self.reader.xreadgroup(group, self.consumer, streams, count=1, block=BLOCK_MS_MAX)
-            out += _entries(resp)
+            self.reader.xread({self.keys.notify: self._last_wake}, count=1, block=BLOCK_MS_MAX)
+            if not self.stopping:
+                out = self._dispatch(free)
         self.reads += 1
         return out
+
+    def _dispatch(self, free: int) -> list[Entry]:
+        for _ in range(DISPATCH_ROUNDS_MAX):
+            got = self.gate.dispatch(
+                self.keys.group,
+                self.consumer,
+                free,
+                default_max_running=self.settings.tenant_max_running,
+                slot_ms=self.streams.slot_ms,
+            )
+            self._last_wake = got.last_wake
+            out = _entries(got.reply)
+            if out or not got.more:
+                return out
+        return []
 
     def read_own(self, stream: str, after: str, count: int) -> list[Entry]:
         """Own pending entries after ``after``: delivery counts (XPENDING), then contents (id)."""

@@ -15,7 +15,7 @@ import trio
 from db.config import Settings
 from db.database import init_database
 from db.keys import Keys
-from db.streams import RETRYABLE_REDIS_ERRORS, Streams, connect
+from db.streams import RETRYABLE_REDIS_ERRORS, Streams, connect, slot_ms_for
 from executor.book import STOP_HANDBACK, Book, Claimed
 from executor.cancel import CancelWatcher
 from executor.claim import ClaimRules
@@ -164,7 +164,7 @@ class Daemon:
         self.limiters = Limiters.for_settings(s)
         await trio.to_thread.run_sync(init_database, s.db_url)
         self.redis = connect(s.redis_url)
-        self.streams = Streams(self.redis, self.keys)
+        self.streams = Streams(self.redis, self.keys, slot_ms=slot_ms_for(s))
         metrics = self.metrics if self.metrics.enabled else None
         self.env = ExecutorEnv(s, self.limiters, self.consumer, self.redis, self.keys, metrics=metrics)
         self.router: Router = build_router(self.env, s.extra_handlers)
@@ -174,7 +174,13 @@ class Daemon:
         self._heartbeat_claimed = True
         await self._until_redis_answers(self.streams.ensure_group)
         self.finisher = Finisher(
-            self.streams, self.consumer, self.limiters, self.book, self.db_outage, self.redis_outage
+            self.streams,
+            self.consumer,
+            self.limiters,
+            self.book,
+            self.db_outage,
+            self.redis_outage,
+            results_ttl_s=s.results_ttl_s,
         )
         self.runner = Runner(
             self.env, self.router, self.book, self.progress, self.finisher, self.retry_policy, self.counters

@@ -13,6 +13,7 @@ import trio
 
 from db.database import RETRYABLE_DB_ERRORS, connection, database
 from db.models import CANCELLED, DONE, FAILED, QUEUED, RUNNING, TERMINAL_STATES, Chunk, now_ms
+from db.results import Announcement, Results, result_record
 from db.streams import RETRYABLE_REDIS_ERRORS, AckItem, Streams
 from executor import sql
 from executor.book import Book, Claimed
@@ -193,13 +194,6 @@ class _Flushed:
     redis_error: BaseException | None = None
 
 
-# Every event of a batch in one command (PUBLISH each ARGV on the channel KEYS[1]).
-_ANNOUNCE = """
-for i = 1, #ARGV do redis.call('PUBLISH', KEYS[1], ARGV[i]) end
-return #ARGV
-"""
-
-
 class Finisher:
     """Collects outcomes and plain acks; one loop writes, acks and announces them in batches:
     per flush one thread hop does the terminal transaction, then one ack script call, then
@@ -215,8 +209,12 @@ class Finisher:
         book: Book,
         db_outage: Outage,
         redis_outage: Outage,
+        *,
+        results_ttl_s: float = 14400.0,
     ) -> None:
         self.streams = streams
+        self.results = Results(streams.client, streams.keys)
+        self.results_ttl_s = results_ttl_s
         self.consumer = consumer
         self.limiters = limiters
         self.book = book
@@ -227,7 +225,6 @@ class Finisher:
         self._settled: list[_Settled] = []  # written: to ack or hand back, then announce
         self._busy = False
         self._wake = trio.Event()
-        self._announce = streams.client.register_script(_ANNOUNCE)
         self.dead_lettered = 0
 
     def submit(self, outcome: Outcome) -> None:
@@ -356,8 +353,9 @@ class Finisher:
                 log.info("handed back: row queued, entry re-published", extra=extra)
             else:
                 log.warning("handed back: row queued, but the entry was no longer ours", extra=extra)
-        if settled:
-            self._announce(keys=[self.streams.keys.updates], args=[_event(s, self.consumer) for s in settled])
+        news = [_announcement(s, self.consumer) for s in settled]
+        news += [Announcement(_buried_event(a, self.consumer), a.outcome) for a in acks if a.outcome]
+        self.results.announce(news, ttl_s=self.results_ttl_s)
 
 
 def _task_type_of(raw: str) -> str:
@@ -370,15 +368,39 @@ def _task_type_of(raw: str) -> str:
     return task_type if isinstance(task_type, str) and 0 < len(task_type) <= 32 else "unknown"
 
 
-def _event(s: _Settled, consumer: str) -> bytes:
+def _announcement(s: _Settled, consumer: str) -> Announcement:
+    """A run's event; a terminal one carries the task's result (written once, with its event)."""
     progress = {DONE: 1.0, QUEUED: None}.get(s.status, -1.0)
     claimed = s.outcome.claimed
-    return orjson.dumps(
-        {
-            "task_id": claimed.task_id,
-            "doc_id": claimed.doc_id,
-            "status": s.status,
-            "progress": progress,
-            "executor": consumer,
-        }
+    event = {
+        "task_id": claimed.task_id,
+        "doc_id": claimed.doc_id,
+        "tenant_id": str(claimed.row.get("tenant_id") or ""),
+        "status": s.status,
+        "progress": progress,
+        "executor": consumer,
+    }
+    if s.status not in TERMINAL_STATES:
+        return Announcement(event)
+    error = s.outcome.error or ("cancelled" if s.status == CANCELLED else "")
+    result = result_record(
+        claimed.row,
+        s.status,
+        chunk_count=len(s.outcome.chunk_ids),
+        error=error[:MAX_ERROR_CHARS],
+        finished_at=now_ms(),
     )
+    return Announcement(event, result)
+
+
+def _buried_event(a: AckItem, consumer: str) -> dict[str, object]:
+    """The event of a task the claim made ``dead`` (its result rides on the ack item)."""
+    outcome = a.outcome or {}
+    return {
+        "task_id": a.task_id,
+        "doc_id": outcome.get("doc_id", ""),
+        "tenant_id": outcome.get("tenant_id", ""),
+        "status": outcome.get("status", "dead"),
+        "progress": -1.0,
+        "executor": consumer,
+    }

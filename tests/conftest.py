@@ -51,6 +51,9 @@ def make_settings(name: str, **overrides: object) -> Settings:
         "heartbeat_ttl_s": 10.0,
         "shutdown_grace_s": 5.0,
         "progress_interval_s": 0.2,
+        # the fair gate's default cap (5) would bound tests that run many executors on one
+        # tenant; tests of the gate set their own caps
+        "tenant_max_running": 1000,
     }
     values.update(overrides)
     return Settings.from_env({}, **values)

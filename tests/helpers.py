@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import trio
 
@@ -31,3 +31,18 @@ async def await_until(predicate: Callable[[], T], timeout_s: float = 30.0, inter
             if value:
                 return value
             await trio.sleep(interval_s)
+
+
+def admit(rclient: Any, keys: Any, consumer: str, count: int = 1000) -> list[tuple[str, str]]:
+    """As an executor's read would: admit up to ``count`` entries through the fair gate into
+    ``consumer``'s pending list; returns their (stream, entry id)."""
+    from db.gate import Gate
+
+    got = Gate(rclient, keys).dispatch(keys.group, consumer, count, default_max_running=10**6, slot_ms=600_000)
+    return [(stream, eid) for stream, entries in got.reply for eid, _ in entries]
+
+
+def waiting(rclient: Any, keys: Any, tenants: tuple[str, ...] = ("default",)) -> int:
+    """Entries of the priority streams plus the tenants' backlogs: what is yet to be acked."""
+    total = sum(int(rclient.xlen(s)) for s in keys.queues)
+    return total + sum(int(rclient.xlen(keys.backlog(p, t))) for p in (0, 1) for t in tenants)

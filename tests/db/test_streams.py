@@ -2,26 +2,33 @@
 
 from __future__ import annotations
 
+from db.gate import Gate
 from db.streams import AckItem
 
 
-def _read(rclient, keys, consumer, stream):
-    resp = rclient.xreadgroup(keys.group, consumer, {stream: ">"}, count=10)
-    return [(s, eid, fields) for s, entries in resp for eid, fields in entries]
+def _read(rclient, keys, consumer, stream=None, free=10):
+    """What ``consumer`` reads through the fair gate (an executor's read of new entries)."""
+    got = Gate(rclient, keys).dispatch(keys.group, consumer, free, default_max_running=100, slot_ms=60_000)
+    return [
+        (s, eid, dict(zip(flat[::2], flat[1::2], strict=True)))
+        for s, entries in got.reply
+        for eid, flat in entries
+        if stream is None or s == stream
+    ]
 
 
 def test_publish_is_guarded_by_the_published_key(streams, rclient, keys):
     msgs = [{"id": "a", "priority": 0}, {"id": "b", "priority": 1}, {"id": "a", "priority": 0}]
     ids = streams.publish_many(msgs)
     assert ids[0] and ids[1] and ids[2] is None
-    assert rclient.xlen(keys.queue(0)) == 1 and rclient.xlen(keys.queue(1)) == 1
+    assert rclient.xlen(keys.backlog(0, "default")) == 1 and rclient.xlen(keys.backlog(1, "default")) == 1
     assert 0 < rclient.ttl(keys.published("a")) <= 7 * 86400
 
 
 def test_ack_checks_owner_then_acks_deletes_and_clears_published(streams, rclient, keys):
-    (eid,) = streams.publish_many([{"id": "a", "priority": 0}])
-    [(stream, got, _)] = _read(rclient, keys, "c1", keys.queue(0))
-    assert got == eid
+    streams.publish_many([{"id": "a", "priority": 0}])
+    [(stream, eid, _)] = _read(rclient, keys, "c1", keys.queue(0))
+    assert rclient.get(keys.published("a")) == f"{stream} {eid}"  # it follows its entry across the gate
     assert streams.ack("c2", [AckItem(stream, eid, "a")]) == [False]
     assert rclient.xlen(stream) == 1
     assert streams.ack("c1", [AckItem(stream, eid, "a")]) == [True]
@@ -30,8 +37,8 @@ def test_ack_checks_owner_then_acks_deletes_and_clears_published(streams, rclien
 
 
 def test_ack_with_reason_dead_letters_in_the_same_step(streams, rclient, keys):
-    (eid,) = streams.publish_many([{"id": "a", "priority": 0}])
-    [(stream, _, fields)] = _read(rclient, keys, "c1", keys.queue(0))
+    streams.publish_many([{"id": "a", "priority": 0}])
+    [(stream, eid, fields)] = _read(rclient, keys, "c1", keys.queue(0))
     item = AckItem(stream, eid, "a", dead_reason="bad", raw=fields["message"], deliveries=1)
     assert streams.ack("c1", [item]) == [True]
     [(_, dead)] = rclient.xrange(keys.dead)
@@ -39,20 +46,22 @@ def test_ack_with_reason_dead_letters_in_the_same_step(streams, rclient, keys):
 
 
 def test_hand_back_republishes_only_when_still_owned(streams, rclient, keys):
-    (eid,) = streams.publish_many([{"id": "a", "priority": 0}])
-    [(stream, _, _)] = _read(rclient, keys, "c1", keys.queue(0))
+    streams.publish_many([{"id": "a", "priority": 0}])
+    [(stream, eid, _)] = _read(rclient, keys, "c1", keys.queue(0))
     assert streams.hand_back("c2", stream, eid, {"id": "a", "priority": 0}) is None
     new = streams.hand_back("c1", stream, eid, {"id": "a", "priority": 0})
-    assert new and new != eid
-    assert [e for e, _ in rclient.xrange(stream)] == [new]
-    assert rclient.get(keys.published("a")) == f"{stream} {new}"
+    backlog = keys.backlog(0, "default")
+    assert new and new != eid and rclient.xlen(stream) == 0
+    assert [e for e, _ in rclient.xrange(backlog)] == [new]  # back in line, behind the tenant's others
+    assert rclient.get(keys.published("a")) == f"{backlog} {new}"
     assert rclient.xpending(stream, keys.group)["pending"] == 0
+    assert rclient.zcard(keys.running("default")) == 0  # its slot went with the entry
 
 
 def test_renew_reports_owned_stolen_and_gone(streams, rclient, keys):
-    e1, e2 = streams.publish_many([{"id": "a", "priority": 0}, {"id": "b", "priority": 0}])
+    streams.publish_many([{"id": "a", "priority": 0}, {"id": "b", "priority": 0}])
     stream = keys.queue(0)
-    _read(rclient, keys, "c1", stream)
+    [(_, e1, _), (_, e2, _)] = _read(rclient, keys, "c1", stream)
     rclient.xclaim(stream, keys.group, "c2", 0, [e2], justid=True)
     assert streams.renew("c1", [(stream, e1), (stream, e2), (stream, "1-1")]) == [1, 0, -1]
 

@@ -16,6 +16,8 @@ def _values(f: dataclasses.Field) -> tuple[str, str, object]:
     if f.name in CHOICES:
         env, flag = CHOICES[f.name]
         return env, flag, flag
+    if f.type in (bool, "bool"):
+        return "true", "false", False
     if f.type in (int, "int"):
         return "2", "7", 7
     if f.name.endswith("_s"):

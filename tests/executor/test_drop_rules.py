@@ -7,11 +7,11 @@ import orjson
 from db.database import unit
 from db.models import DONE, FAILED, RUNNING, Task
 from tests.executor.support import enqueue, row, running_daemon, task_spec
-from tests.helpers import await_until
+from tests.helpers import await_until, waiting
 
 
 def _drained(rclient, keys):
-    return all(rclient.xlen(s) == 0 for s in keys.queues)
+    return waiting(rclient, keys) == 0
 
 
 async def test_an_entry_whose_task_row_is_missing_is_acked_and_dropped(xsettings, streams, rclient, keys, db):

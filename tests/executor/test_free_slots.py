@@ -6,7 +6,7 @@ import trio
 
 from db.models import QUEUED, RUNNING
 from tests.executor.support import enqueue, running_daemon, statuses, task_spec
-from tests.helpers import await_until
+from tests.helpers import await_until, waiting
 
 
 async def test_never_more_entries_read_than_free_slots(xsettings, streams, rclient, keys, db):
@@ -20,4 +20,4 @@ async def test_never_more_entries_read_than_free_slots(xsettings, streams, rclie
         assert daemon.statistics().running == 2
     # the two running were handed back at shutdown: queued again, nothing pending
     assert sorted(statuses(ids).values()) == [QUEUED] * 6
-    assert rclient.xlen(keys.queue(0)) == 6
+    assert waiting(rclient, keys) == 6

@@ -15,13 +15,13 @@ from executor.context import Limiters
 from executor.outage import Outage
 from executor.sweeper import START_CURSOR, Sweeper
 from tests.executor.support import enqueue, row, running_daemon, task_spec
-from tests.helpers import await_until
+from tests.helpers import admit, await_until, waiting
 from tests.procs import PrivateRedis
 
 
 def _left_by(rclient, keys, task_ids, name, rereads=0, status=RUNNING):
     """As if consumer ``name`` had read these entries (and re-read them) and then died."""
-    rclient.xreadgroup(keys.group, name, {keys.queue(0): ">"}, count=1000)
+    admit(rclient, keys, name, 1000)
     for _ in range(rereads):
         rclient.xreadgroup(keys.group, name, {keys.queue(0): "0"}, count=1000)
     with unit():
@@ -118,7 +118,7 @@ async def test_a_reclaimed_entry_past_the_cap_is_dead_lettered_and_one_of_a_done
         Task.update(status=DONE, progress=1.0).where(Task.id == done).execute()
     async with running_daemon(xsettings.replace(redelivery_timeout_s=0.3, max_deliveries=3), "host_1"):
         await await_until(lambda: row(running)["status"] == DEAD, 15)
-        await await_until(lambda: rclient.xlen(keys.queue(0)) == 0, 15)
+        await await_until(lambda: waiting(rclient, keys) == 0, 15)
     [(_, letter)] = rclient.xrange(keys.dead)
     assert letter["task_id"] == running and letter["deliveries"] == "4"
     assert letter["reason"].startswith("gave up after 4 deliveries")

@@ -12,7 +12,7 @@ from executor.context import Limiters
 from executor.outage import Outage
 from executor.reconciler import STAT_REPUBLISHED, STAT_REQUEUED, Reconciler
 from tests.executor.support import enqueue, make_document, row, running_daemon, task_spec
-from tests.helpers import await_until
+from tests.helpers import admit, await_until, waiting
 
 OLD = 60_000  # ms: older than the grace period used here
 
@@ -41,10 +41,10 @@ async def test_a_queued_row_without_an_entry_is_published_once_the_grace_is_over
     report = _reconciler(xsettings, streams).reconcile(force=True)
     assert report.republished == [lost] and report.requeued == []
     assert rclient.exists(keys.published(lost)) and not rclient.exists(keys.published(fresh))
-    assert rclient.xlen(keys.queue(0)) == 2  # the live one kept its single entry
+    assert waiting(rclient, keys) == 2  # the live one kept its single entry
     assert rclient.hget(keys.stats, STAT_REPUBLISHED) == "1"
     assert _reconciler(xsettings, streams).reconcile(force=True).republished == []  # it has one now
-    rclient.xtrim(keys.queue(0), maxlen=0)  # nobody reads them here
+    rclient.xtrim(keys.backlog(0, "default"), maxlen=0)  # nobody reads them here
     rclient.delete(keys.published(lost), *[keys.published(t) for t in live])
 
 
@@ -125,7 +125,7 @@ async def test_only_consumers_with_no_pending_entry_and_no_heartbeat_leave_the_g
 ):
     (tid,) = enqueue(streams, [task_spec("noop")])
     stream = keys.queue(0)
-    rclient.xreadgroup(keys.group, "holder_1", {stream: ">"}, count=1)  # has a pending entry
+    admit(rclient, keys, "holder_1", 1)  # has a pending entry
     for name in ("idle_1", "alive_1"):
         rclient.xgroup_createconsumer(stream, keys.group, name)  # no pending entry
     rclient.set(keys.executor("alive_1"), "{}", ex=30)

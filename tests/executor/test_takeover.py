@@ -6,12 +6,12 @@ from db.database import unit
 from db.models import DEAD, DONE, RUNNING, Task
 from tests import handlers
 from tests.executor.support import all_in, enqueue, row, running_daemon, task_spec
-from tests.helpers import await_until
+from tests.helpers import admit, await_until
 
 
 def _left_by_a_crashed_life(rclient, keys, task_ids, name="host_1", extra_deliveries=0):
     """As if ``name`` had read these entries and died: pending under it, rows running."""
-    rclient.xreadgroup(keys.group, name, {keys.queue(0): ">"}, count=100)
+    admit(rclient, keys, name, 100)
     for _ in range(extra_deliveries):
         rclient.xreadgroup(keys.group, name, {keys.queue(0): "0"}, count=100)
     with unit():
