@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from db.config import Settings
-from ingest.cli import EXIT_FAILED, EXIT_OK, _console, _err, _json_out
+from ingest.cli.command import EXIT_FAILED, EXIT_OK, _console, _err, _json_out
 
 GlobalOptions = Callable[..., None]
 

@@ -1,8 +1,8 @@
 """``ingest``: the command line of the producer side (``python -m ingest`` too).
 
 Verbs: ``init``, ``submit``, ``status``, ``cancel``, ``retry``, ``rm``, ``fleet``, ``search``;
-``dataflow`` (:mod:`ingest.cli_dataflow`), ``memory`` (:mod:`ingest.cli_memory`), ``dead``
-(:mod:`ingest.cli_dead`) and ``strike``, ``restore``, ``strikes`` (:mod:`ingest.cli_strikes`).
+``dataflow`` (:mod:`ingest.cli.dataflow`), ``memory`` (:mod:`ingest.cli.memory`), ``dead``
+(:mod:`ingest.cli.dead`) and ``strike``, ``restore``, ``strikes`` (:mod:`ingest.cli.strikes`).
 Settings come from the environment once (``Settings.from_env``); ``--db-url``, ``--redis-url``
 and ``--key-prefix`` override it, before or after the verb. Exit status: 0 when everything
 asked was done, 1 when something was not (a refused file, a failed document, an unknown id, an
@@ -77,7 +77,7 @@ def cmd_init(settings: Settings, args: argparse.Namespace) -> int:
     if args.json:
         _json_out(data)
         return EXIT_OK
-    from ingest import render
+    from ingest.cli import render
 
     render.init_report(_console(), data, group=Keys(settings.key_prefix).group)
     return EXIT_OK
@@ -120,11 +120,11 @@ def cmd_submit(settings: Settings, args: argparse.Namespace) -> int:
     status = EXIT_FAILED if result.refused else EXIT_OK
     data: dict[str, Any] = result.to_dict()
     if not args.json:
-        from ingest import render
+        from ingest.cli import render
 
         render.submitted(_console(), result)
     if args.wait and result.documents:
-        from ingest.wait import ENDED, wait_for_documents
+        from ingest.cli.wait import ENDED, wait_for_documents
 
         doc_ids = [d.id for d in result.documents]
         rows, ended = wait_for_documents(settings, doc_ids, timeout_s=args.timeout, show=not args.json)
@@ -155,7 +155,7 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
         if args.json:
             _json_out(data)
         else:
-            from ingest import render
+            from ingest.cli import render
 
             render.described(_console(), data)
         return EXIT_OK
@@ -170,7 +170,7 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     if args.json:
         _json_out(data)
     else:
-        from ingest import render
+        from ingest.cli import render
 
         render.summary(_console(), data)
     return code
@@ -232,7 +232,7 @@ def cmd_fleet(settings: Settings, args: argparse.Namespace) -> int:
     if args.json:
         _json_out(beats)
     else:
-        from ingest import render
+        from ingest.cli import render
 
         render.fleet(_console(), beats)
     return EXIT_OK
@@ -258,7 +258,7 @@ def cmd_search(settings: Settings, args: argparse.Namespace) -> int:
     if args.json:
         _json_out(rows)
     else:
-        from ingest import render
+        from ingest.cli import render
 
         render.hits(_console(), rows)
     return EXIT_OK
@@ -341,12 +341,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--kb", required=True, metavar="NAME")
     sub.add_argument("--tenant", default="default", metavar="ID")
     sub.add_argument("-k", type=int, default=5, metavar="N", help="how many chunks (default 5)")
-    from ingest import cli_dataflow, cli_dead, cli_memory, cli_strikes
+    from ingest.cli import dataflow, dead, memory, strikes
 
-    cli_dataflow.add_verbs(verbs, _global_options)
-    cli_memory.add_verbs(verbs, _global_options)
-    cli_dead.add_verbs(verbs, _global_options)
-    cli_strikes.add_verbs(verbs, _global_options)
+    dataflow.add_verbs(verbs, _global_options)
+    memory.add_verbs(verbs, _global_options)
+    dead.add_verbs(verbs, _global_options)
+    strikes.add_verbs(verbs, _global_options)
     return parser
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from db.config import Settings, parse_duration
-from ingest.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, _console, _err, _json_out
+from ingest.cli.command import EXIT_FAILED, EXIT_OK, EXIT_USAGE, _console, _err, _json_out
 
 GlobalOptions = Callable[..., None]
 REASON_SHOWN = 80
