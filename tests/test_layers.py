@@ -1,4 +1,5 @@
-"""The layering and the light import: executor → ingest → db, and ``import ingest`` stays cheap."""
+"""The layering and the light import: executor → ingest → db, ingest's interfaces (cli, api) above
+its domain, and ``import ingest`` stays cheap."""
 
 from __future__ import annotations
 

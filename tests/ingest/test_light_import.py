@@ -8,7 +8,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "sentence_transformers", "transformers", "pypdfium2", "docx", "bs4", "lxml")
-MODULES = ("ingest", "ingest.producer", "ingest.control", "ingest.status", "ingest.cli", "ingest.ids")
+MODULES = (
+    "ingest",
+    "ingest.producer",
+    "ingest.control",
+    "ingest.status",
+    "ingest.ids",
+    "ingest.cli",
+    "ingest.cli.dataflow",
+    "ingest.cli.dead",
+    "ingest.cli.memory",
+    "ingest.cli.render",
+    "ingest.cli.strikes",
+    "ingest.cli.wait",
+)
 
 
 def test_the_producer_side_imports_no_heavy_library():

@@ -8,9 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 from db.config import Settings, parse_duration
-from ingest.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, _console, _err, _json_out
+from ingest.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, GlobalOptions, err, json_out, new_console
 
-GlobalOptions = Callable[..., None]
 REASON_SHOWN = 80
 
 
@@ -23,7 +22,7 @@ def cmd_list(settings: Settings, args: argparse.Namespace) -> int:
 
     letters = list_dead(settings, limit=args.limit)
     if args.json:
-        _json_out([d.to_dict() for d in letters])
+        json_out([d.to_dict() for d in letters])
         return EXIT_OK
     if not letters:
         print("no dead letters")
@@ -34,7 +33,7 @@ def cmd_list(settings: Settings, args: argparse.Namespace) -> int:
     for d in letters:
         reason = d.reason if len(d.reason) <= REASON_SHOWN else d.reason[:REASON_SHOWN] + "…"
         table.add_row(d.id, d.task_id or "-", reason, str(d.deliveries), _when(d.time), _when(d.replayed_at))
-    console = _console()
+    console = new_console()
     console.print(table)
     console.print(f"{len(letters)} dead letter(s)")
     return EXIT_OK
@@ -44,11 +43,11 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     from ingest.dead import replay
 
     if bool(args.entries) == bool(args.all):
-        _err("dead replay takes entry ids or --all (one of the two)")
+        err("dead replay takes entry ids or --all (one of the two)")
         return EXIT_USAGE
     result = replay(settings, None if args.all else args.entries)
     if args.json:
-        _json_out(result.to_dict())
+        json_out(result.to_dict())
     else:
         for eid, tid in result.replayed:
             print(f"replayed {eid}: task {tid} queued")
@@ -57,7 +56,7 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
             f"skipped {len(result.skipped)}"
         )
     for eid, why in result.skipped:
-        _err(f"not replayed {eid}: {why}")
+        err(f"not replayed {eid}: {why}")
     # With --all, letters that cannot be replayed (malformed, task not dead) are reported, not failures.
     return EXIT_FAILED if result.skipped and not args.all else EXIT_OK
 
@@ -67,7 +66,7 @@ def cmd_purge(settings: Settings, args: argparse.Namespace) -> int:
 
     result = purge(settings, args.older_than)
     if args.json:
-        _json_out(result.to_dict())
+        json_out(result.to_dict())
     else:
         print(f"removed {result.removed} dead letter(s) older than {args.older_than:g} s")
     return EXIT_OK

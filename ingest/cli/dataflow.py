@@ -9,9 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from db.config import Settings
-from ingest.cli import EXIT_FAILED, EXIT_OK, _console, _err, _json_out
-
-GlobalOptions = Callable[..., None]
+from ingest.cli.common import EXIT_FAILED, EXIT_OK, GlobalOptions, err, json_out, new_console
 
 
 def cmd_create(settings: Settings, args: argparse.Namespace) -> int:
@@ -28,7 +26,7 @@ def cmd_create(settings: Settings, args: argparse.Namespace) -> int:
         ) from None
     made = create_dataflow(settings, args.name, dsl, tenant_id=args.tenant, replace=args.replace)
     if args.json:
-        _json_out(made.to_dict())
+        json_out(made.to_dict())
     else:
         also = f" (was {made.replaced_id})" if made.replaced_id else ""
         print(f"dataflow {made.name!r} {made.outcome}: id {made.id}, {made.components} components{also}")
@@ -40,7 +38,7 @@ def cmd_list(settings: Settings, args: argparse.Namespace) -> int:
 
     rows = list_dataflows(settings, None if args.all_tenants else args.tenant)
     if args.json:
-        _json_out(rows)
+        json_out(rows)
         return EXIT_OK
     from rich.table import Table
 
@@ -49,7 +47,7 @@ def cmd_list(settings: Settings, args: argparse.Namespace) -> int:
         table.add_row(
             row["name"], row["tenant_id"], row["id"], str(row["components"]), _when(row["update_time"])
         )
-    console = _console()
+    console = new_console()
     console.print(table if rows else "no dataflows")
     return EXIT_OK
 
@@ -60,7 +58,7 @@ def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
 
     row = get_dataflow(settings, args.name, tenant_id=args.tenant)
     if args.json:
-        _json_out(row)
+        json_out(row)
         return EXIT_OK
     print(
         f"dataflow {row['name']!r} (tenant {row['tenant_id']}), id {row['id']}, updated {_when(row['update_time'])}"
@@ -85,17 +83,17 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
         settings, args.name, args.path, tenant_id=args.tenant, timeout_s=args.timeout, on_queued=queued
     )
     if args.json:
-        _json_out(run.to_dict())
+        json_out(run.to_dict())
     else:
         for cid, out in run.outputs.items():
             print(f"── {cid} ({out.get('type')})")
             print(json.dumps({k: v for k, v in out.items() if k != "type"}, indent=2, ensure_ascii=False))
         print(f"task {run.task_id} {run.status}: {run.message}")
     if not run.ended:
-        _err(f"timed out after {args.timeout:g} s: task {run.task_id} is {run.status}")
+        err(f"timed out after {args.timeout:g} s: task {run.task_id} is {run.status}")
         return EXIT_FAILED
     if run.status != "done":
-        _err(f"debug run {run.status}: {run.message}")
+        err(f"debug run {run.status}: {run.message}")
         return EXIT_FAILED
     return EXIT_OK
 

@@ -16,9 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from db.config import Settings
-from ingest.cli import EXIT_FAILED, EXIT_OK, _console, _err, _json_out
+from ingest.cli.common import EXIT_FAILED, EXIT_OK, GlobalOptions, err, json_out, new_console
 
-GlobalOptions = Callable[..., None]
 RULE_HELP = "TASK_TYPE, FIELD OP VALUE, or TASK_TYPE FIELD OP VALUE"
 
 
@@ -38,7 +37,7 @@ def cmd_strike(settings: Settings, args: argparse.Namespace) -> int:
 
     result = strike(settings, *rule_parts(args.rule))
     if args.json:
-        _json_out(result.to_dict())
+        json_out(result.to_dict())
     else:
         rule = result.rule
         if result.created:
@@ -46,7 +45,7 @@ def cmd_strike(settings: Settings, args: argparse.Namespace) -> int:
         else:
             print(f"already in effect: #{rule['id']}: {rule['rule']}")
     if not result.mirrored:
-        _err(
+        err(
             "the rule is stored, but its Redis mirror could not be updated: executors apply it on "
             "their next Redis reconnect, or within 30 s"
         )
@@ -64,7 +63,7 @@ def cmd_restore(settings: Settings, args: argparse.Namespace) -> int:
     else:
         result = restore(settings, *rule_parts(args.rule))
     if args.json:
-        _json_out(result.to_dict())
+        json_out(result.to_dict())
     else:
         names = ", ".join(f"#{r['id']}: {r['rule']}" for r in result.rules)
         live = len(result.task_ids) - result.published
@@ -73,7 +72,7 @@ def cmd_restore(settings: Settings, args: argparse.Namespace) -> int:
             f"restored {names}; released {len(result.task_ids)} held task(s), {result.published} published{also}"
         )
     if not result.mirrored:
-        _err("the Redis mirror could not be updated: executors see the change on their next reconnect")
+        err("the Redis mirror could not be updated: executors see the change on their next reconnect")
         return EXIT_FAILED
     return EXIT_OK
 
@@ -83,9 +82,9 @@ def cmd_strikes(settings: Settings, args: argparse.Namespace) -> int:
 
     rules = list_strikes(settings, include_inactive=args.all)
     if args.json:
-        _json_out(rules)
+        json_out(rules)
         return EXIT_OK
-    console = _console()
+    console = new_console()
     if not rules:
         console.print("no strikes in effect" if not args.all else "no strikes")
         return EXIT_OK

@@ -7,9 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from db.config import Settings
-from ingest.cli import EXIT_FAILED, EXIT_OK, _console, _err, _json_out
-
-GlobalOptions = Callable[..., None]
+from ingest.cli.common import EXIT_FAILED, EXIT_OK, GlobalOptions, err, json_out, new_console
 
 
 def cmd_save(settings: Settings, args: argparse.Namespace) -> int:
@@ -32,13 +30,13 @@ def cmd_save(settings: Settings, args: argparse.Namespace) -> int:
         row, ended = wait_for_task(settings, task_id, timeout_s=args.timeout)
         data.update(status=row["status"], message=last_line(row["progress_msg"]))
         if not ended:
-            _err(f"timed out after {args.timeout:g} s: task {task_id} is {row['status']}")
+            err(f"timed out after {args.timeout:g} s: task {task_id} is {row['status']}")
             code = EXIT_FAILED
         elif row["status"] != "done":
-            _err(f"task {task_id} {row['status']}: {data['message']}")
+            err(f"task {task_id} {row['status']}: {data['message']}")
             code = EXIT_FAILED
     if args.json:
-        _json_out(data)
+        json_out(data)
     else:
         print(
             f"task {task_id}" + (f" {data['status']}: {data['message']}" if "status" in data else " queued")
@@ -51,14 +49,14 @@ def cmd_search(settings: Settings, args: argparse.Namespace) -> int:
 
     hits = [h.to_dict() for h in search_memory(settings, args.memory, args.query, k=args.k)]
     if args.json:
-        _json_out(hits)
+        json_out(hits)
         return EXIT_OK
     from rich.table import Table
 
     table = Table("score", "role", "content", "source", box=None)
     for hit in hits:
         table.add_row(f"{hit['score']:.3f}", hit["role"], hit["content"], hit["source_id"])
-    _console().print(table if hits else f"no messages in memory {args.memory!r}")
+    new_console().print(table if hits else f"no messages in memory {args.memory!r}")
     return EXIT_OK
 
 
@@ -67,11 +65,11 @@ def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
 
     rows = conversation(settings, args.memory)
     if args.json:
-        _json_out(rows)
+        json_out(rows)
         return EXIT_OK
     from rich.text import Text
 
-    console = _console()
+    console = new_console()
     if not rows:
         console.print(f"no messages in memory {args.memory!r}")
     for row in rows:

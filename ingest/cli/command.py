@@ -1,8 +1,8 @@
 """``ingest``: the command line of the producer side (``python -m ingest`` too).
 
 Verbs: ``init``, ``submit``, ``status``, ``cancel``, ``retry``, ``rm``, ``fleet``, ``search``;
-``dataflow`` (:mod:`ingest.cli_dataflow`), ``memory`` (:mod:`ingest.cli_memory`), ``dead``
-(:mod:`ingest.cli_dead`) and ``strike``, ``restore``, ``strikes`` (:mod:`ingest.cli_strikes`).
+``dataflow`` (:mod:`ingest.cli.dataflow`), ``memory`` (:mod:`ingest.cli.memory`), ``dead``
+(:mod:`ingest.cli.dead`) and ``strike``, ``restore``, ``strikes`` (:mod:`ingest.cli.strikes`).
 Settings come from the environment once (``Settings.from_env``); ``--db-url``, ``--redis-url``
 and ``--key-prefix`` override it, before or after the verb. Exit status: 0 when everything
 asked was done, 1 when something was not (a refused file, a failed document, an unknown id, an
@@ -18,35 +18,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import orjson
-
 from db.config import Settings
+from ingest.cli.common import EXIT_FAILED, EXIT_OK, err, json_out, new_console
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 _MYSQL_UNREACHABLE = {2002, 2003, 2005, 2006, 2013, 2055}
-PIPED_WIDTH = 200
-
-
-def _json_out(data: Any) -> None:
-    sys.stdout.write(
-        orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=str).decode()
-    )
-    sys.stdout.write("\n")
-    sys.stdout.flush()
-
-
-def _err(text: str) -> None:
-    print(f"ingest: {text}", file=sys.stderr)
-
-
-def _console() -> Any:
-    from rich.console import Console
-
-    # Piped output gets a wide fixed width, so tables are not squeezed to 80 columns. What is
-    # printed holds users' text (names, chunks, messages, reasons): no console markup or emoji
-    # codes, so "[/etc/hosts]" or "[word]" print as they are (styles are given as styles).
-    width = None if sys.stdout.isatty() else PIPED_WIDTH
-    return Console(highlight=False, soft_wrap=True, width=width, markup=False, emoji=False)
 
 
 # -- verbs ---------------------------------------------------------------------------------
@@ -75,11 +50,11 @@ def cmd_init(settings: Settings, args: argparse.Namespace) -> int:
         "changed": report.changed or bool(missing),
     }
     if args.json:
-        _json_out(data)
+        json_out(data)
         return EXIT_OK
-    from ingest import render
+    from ingest.cli import render
 
-    render.init_report(_console(), data, group=Keys(settings.key_prefix).group)
+    render.init_report(new_console(), data, group=Keys(settings.key_prefix).group)
     return EXIT_OK
 
 
@@ -113,18 +88,18 @@ def cmd_submit(settings: Settings, args: argparse.Namespace) -> int:
     except PublishError as exc:
         partial = getattr(exc, "result", None)
         for origin, reason in partial.refused if partial else []:
-            _err(f"refused {origin}: {reason}")
+            err(f"refused {origin}: {reason}")
         raise
     for origin, reason in result.refused:
-        _err(f"refused {origin}: {reason}")
+        err(f"refused {origin}: {reason}")
     status = EXIT_FAILED if result.refused else EXIT_OK
     data: dict[str, Any] = result.to_dict()
     if not args.json:
-        from ingest import render
+        from ingest.cli import render
 
-        render.submitted(_console(), result)
+        render.submitted(new_console(), result)
     if args.wait and result.documents:
-        from ingest.wait import ENDED, wait_for_documents
+        from ingest.cli.wait import ENDED, wait_for_documents
 
         doc_ids = [d.id for d in result.documents]
         rows, ended = wait_for_documents(settings, doc_ids, timeout_s=args.timeout, show=not args.json)
@@ -132,16 +107,16 @@ def cmd_submit(settings: Settings, args: argparse.Namespace) -> int:
         bad = [r for r in rows.values() if r["run"] in ENDED and r["run"] != "done"]
         gone = [d for d in doc_ids if d not in rows]
         for row in bad:
-            _err(f"document {row['name']} ({row['id']}) {row['run']}: {row['progress_msg']}")
+            err(f"document {row['name']} ({row['id']}) {row['run']}: {row['progress_msg']}")
         for d in gone:
-            _err(f"document {d} was removed while waiting")
+            err(f"document {d} was removed while waiting")
         if not ended:
             left = sum(1 for r in rows.values() if r["run"] not in ENDED)
-            _err(f"timed out after {args.timeout:g} s with {left} document(s) unfinished")
+            err(f"timed out after {args.timeout:g} s with {left} document(s) unfinished")
         if bad or gone or not ended:
             status = EXIT_FAILED
     if args.json:
-        _json_out(data)
+        json_out(data)
     return status
 
 
@@ -153,11 +128,11 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     if args.id:
         data = st.describe(settings, args.id)
         if args.json:
-            _json_out(data)
+            json_out(data)
         else:
-            from ingest import render
+            from ingest.cli import render
 
-            render.described(_console(), data)
+            render.described(new_console(), data)
         return EXIT_OK
     data = st.summary(settings)
     code = EXIT_OK
@@ -165,14 +140,14 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
         data["redis"] = st.redis_summary(settings)
     except redis.RedisError as exc:
         data["redis"] = {"error": f"Redis unreachable at {_redact(settings.redis_url)}: {exc}"}
-        _err(data["redis"]["error"])
+        err(data["redis"]["error"])
         code = EXIT_FAILED
     if args.json:
-        _json_out(data)
+        json_out(data)
     else:
-        from ingest import render
+        from ingest.cli import render
 
-        render.summary(_console(), data)
+        render.summary(new_console(), data)
     return code
 
 
@@ -181,11 +156,11 @@ def cmd_cancel(settings: Settings, args: argparse.Namespace) -> int:
 
     result = cancel(settings, args.id)
     if args.json:
-        _json_out(result.to_dict())
+        json_out(result.to_dict())
     elif result.task_ids:
         print(f"cancelled {len(result.task_ids)} task(s) of {result.target} {args.id}")
     if not result.task_ids:
-        _err(f"nothing to cancel: {result.target} {args.id} has no queued, running or held task")
+        err(f"nothing to cancel: {result.target} {args.id} has no queued, running or held task")
         return EXIT_FAILED
     return EXIT_OK
 
@@ -195,9 +170,9 @@ def cmd_retry(settings: Settings, args: argparse.Namespace) -> int:
 
     result = retry(settings, args.id, failed=args.failed) if args.id else retry(settings, failed=True)
     for id_, why in result.skipped:
-        _err(f"not retried {id_}: {why}")
+        err(f"not retried {id_}: {why}")
     if args.json:
-        _json_out(result.to_dict())
+        json_out(result.to_dict())
     else:
         live = len(result.task_ids) - result.published
         print(
@@ -216,7 +191,7 @@ def cmd_rm(settings: Settings, args: argparse.Namespace) -> int:
         result = remove_document(settings, args.doc_id)
         what = f"document {args.doc_id}"
     if args.json:
-        _json_out(result.to_dict())
+        json_out(result.to_dict())
     else:
         print(
             f"removed {what}: {len(result.doc_ids)} document(s), {result.tasks_removed} task(s), "
@@ -230,11 +205,11 @@ def cmd_fleet(settings: Settings, args: argparse.Namespace) -> int:
 
     beats = fleet(settings)
     if args.json:
-        _json_out(beats)
+        json_out(beats)
     else:
-        from ingest import render
+        from ingest.cli import render
 
-        render.fleet(_console(), beats)
+        render.fleet(new_console(), beats)
     return EXIT_OK
 
 
@@ -251,16 +226,16 @@ def cmd_search(settings: Settings, args: argparse.Namespace) -> int:
     try:
         from ingest.search import search
     except ImportError as exc:
-        _err(f"search is not available here: {exc}")
+        err(f"search is not available here: {exc}")
         return EXIT_FAILED
     hits = search(settings, args.kb, args.query, k=args.k, tenant_id=args.tenant)
     rows = [_hit_dict(h) for h in hits]
     if args.json:
-        _json_out(rows)
+        json_out(rows)
     else:
-        from ingest import render
+        from ingest.cli import render
 
-        render.hits(_console(), rows)
+        render.hits(new_console(), rows)
     return EXIT_OK
 
 
@@ -341,12 +316,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--kb", required=True, metavar="NAME")
     sub.add_argument("--tenant", default="default", metavar="ID")
     sub.add_argument("-k", type=int, default=5, metavar="N", help="how many chunks (default 5)")
-    from ingest import cli_dataflow, cli_dead, cli_memory, cli_strikes
+    from ingest.cli import dataflow, dead, memory, strikes
 
-    cli_dataflow.add_verbs(verbs, _global_options)
-    cli_memory.add_verbs(verbs, _global_options)
-    cli_dead.add_verbs(verbs, _global_options)
-    cli_strikes.add_verbs(verbs, _global_options)
+    dataflow.add_verbs(verbs, _global_options)
+    memory.add_verbs(verbs, _global_options)
+    dead.add_verbs(verbs, _global_options)
+    strikes.add_verbs(verbs, _global_options)
     return parser
 
 
@@ -406,13 +381,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = Settings.from_env(os.environ, **overrides)
         return int(args.func(settings, args))
     except KeyboardInterrupt:
-        _err("interrupted")
+        err("interrupted")
         return 130
     except Exception as exc:
         line = explain(exc, settings)
         if line is None or args.traceback:
             raise
-        _err(line)
+        err(line)
         return EXIT_FAILED
 
 
