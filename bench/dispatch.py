@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.dispatch [--n 10000] [--concurrency 10] [--paced 300 --rate 25]
     .venv/bin/python -m bench.dispatch --compare-observability [--observe both|metrics|tracing] [--n 5000] [--runs 5]
+    .venv/bin/python -m bench.dispatch --compare-fairness [--n 10000] [--tenants 1000] [--runs 3]
 
 Prints, in one run on the same services:
 - enqueue tasks/s through the producer (rows upserted, guarded publish) beside a raw baseline
@@ -17,6 +18,10 @@ and batched to an exporter that drops them: ``bench.traced_executor``) beside th
 off, ``--runs`` interleaved runs each way (the order alternating, after one warm-up run), and
 the medians, with the executor's CPU time a task (from its first heartbeat to the last task's end).
 ``--observe metrics`` or ``--observe tracing`` turns on only one of them.
+With ``--compare-fairness`` it prints the drain rate through the fair gate (``db.gate``) with one
+tenant and with ``--tenants`` tenants (each at the default cap of 5) beside the plain drain of
+the same executor (messages put on the priority stream directly, as before the gate: read with
+no admission), ``--runs`` interleaved runs each, and the medians and ratios.
 Measured here (2 shared cores, N=5000, 5 runs each way, no-op tasks of ~190-200 µs executor CPU):
 metrics alone +10 µs CPU a task, drain -6 %; tracing alone (every span recorded) +44 µs, -15 %;
 both -2, -10, -13, -17, -17, -20 % in six runs of one session (earlier sessions 7-28 %). Head
@@ -65,6 +70,7 @@ def _settings(name: str, concurrency: int) -> Settings:
         db_url=f"{base}/{name}",
         key_prefix=f"bench:{name}",
         max_concurrent_tasks=concurrency,
+        tenant_max_running=1000,  # one tenant: a cap that does not bind (the gate's cost alone)
         stagger_s=0.0,
         extra_handlers="noop=bench.dispatch:noop",
     )
@@ -132,6 +138,7 @@ def _start_executor(
             "INGEST_MAX_CONCURRENT_TASKS": str(settings.max_concurrent_tasks),
             "INGEST_STAGGER_S": "0",
             "INGEST_EXTRA_HANDLERS": settings.extra_handlers,
+            "INGEST_TENANT_MAX_RUNNING": str(settings.tenant_max_running),
             "INGEST_LOG_LEVEL": "WARNING",
             "PYTHONPATH": str(ROOT),
             **(extra_env or {}),
@@ -303,6 +310,60 @@ def compare_observability(settings: Settings, n: int, runs: int, log: Path, obse
     )
 
 
+FAIR_MODES = ("plain", "1 tenant", "many tenants")
+
+
+def fairness_drain(settings: Settings, n: int, mode: str, tenants: int, log: Path) -> float:
+    """Drain ``n`` no-op tasks with one executor: ``plain`` (rows written, messages XADDed to the
+    priority stream directly: no admission), ``1 tenant`` or ``many tenants`` (published into
+    the tenants' backlogs by the producer, admitted by the gate). Tasks/s, first claim to last
+    terminal write."""
+    from db.bulk import bulk_insert_into_db
+    from ingest.producer import enqueue_tasks
+
+    if mode == "plain":
+        rows = [{"id": uuid.uuid4().hex, "task_type": "noop", "priority": 0} for _ in range(n)]
+        for i in range(0, n, 1000):
+            with unit():
+                bulk_insert_into_db(Task, rows[i : i + 1000])
+        client = connect(settings.redis_url)
+        stream = Keys(settings.key_prefix).queue(0)
+        for i in range(0, n, 1000):
+            pipe = client.pipeline(transaction=False)
+            for r in rows[i : i + 1000]:
+                pipe.xadd(stream, {"message": orjson.dumps({**r, "tenant_id": "default"}).decode()})
+            pipe.execute()
+        client.close()
+        ids = [r["id"] for r in rows]
+    else:
+        count = 1 if mode == "1 tenant" else tenants
+        tasks = [{**t, "tenant_id": f"t{i % count}"} for i, t in enumerate(_tasks(n))]
+        ids = enqueue_tasks(settings, tasks)
+    return drain(settings, ids, log)
+
+
+def compare_fairness(settings: Settings, n: int, tenants: int, runs: int, log: Path) -> None:
+    many = settings.replace(tenant_max_running=5)
+    rates: dict[str, list[float]] = {m: [] for m in FAIR_MODES}
+    fairness_drain(settings, min(n, 2000), "plain", tenants, log)  # warm-up, not counted
+    for r in range(runs):
+        order = FAIR_MODES if r % 2 == 0 else tuple(reversed(FAIR_MODES))
+        for mode in order:
+            s = many if mode == "many tenants" else settings
+            rate = fairness_drain(s, n, mode, tenants, log)
+            rates[mode].append(rate)
+            print(f"run {r + 1}/{runs} {mode:>12}: {rate:8.0f} tasks/s", flush=True)
+    plain = statistics.median(rates["plain"])
+    for mode in FAIR_MODES:
+        label = mode if mode != "many tenants" else f"{tenants} tenants"
+        med = statistics.median(rates[mode])
+        print(_line(f"drain, {label}".ljust(22), rates[mode], "tasks/s") + f"   {med / plain:.3f}× plain")
+    print(
+        f"N={n}, concurrency {settings.max_concurrent_tasks}, {runs} interleaved runs each; "
+        f"cap {settings.tenant_max_running} with one tenant, 5 with {tenants}"
+    )
+
+
 def docket_drain(n: int, concurrency: int) -> float | None:
     try:
         import docket  # noqa: F401
@@ -336,7 +397,13 @@ def main() -> None:
         action="store_true",
         help="only the drain rate with metrics and tracing on vs off, interleaved runs, medians",
     )
-    parser.add_argument("--runs", type=int, default=5, help="with --compare-observability: runs each way")
+    parser.add_argument("--runs", type=int, default=5, help="with --compare-*: runs each way")
+    parser.add_argument(
+        "--compare-fairness",
+        action="store_true",
+        help="only the drain through the fair gate (1 tenant, --tenants tenants) beside the plain drain",
+    )
+    parser.add_argument("--tenants", type=int, default=1000, help="with --compare-fairness: the many")
     parser.add_argument(
         "--observe",
         choices=OBSERVE,
@@ -353,6 +420,9 @@ def main() -> None:
     try:
         if args.compare_observability:
             compare_observability(settings, args.n, args.runs, log, args.observe)
+            return
+        if args.compare_fairness:
+            compare_fairness(settings, args.n, args.tenants, args.runs, log)
             return
         base = baseline_enqueue(settings, args.n)
         rate, ids = producer_enqueue(settings, args.n)

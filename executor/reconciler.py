@@ -9,7 +9,9 @@ following ``LIFECYCLE.md`` ("Leases, reclaim, hand-back, reconcile"):
   goes back to ``queued`` (fenced on its attempt) and is published;
 - chunks of ``cancelled`` tasks that no live executor is running are removed;
 - consumers with no pending entry and no heartbeat are removed from the group (one Lua script
-  checks both, ``Streams.remove_consumers``).
+  checks both, ``Streams.remove_consumers``);
+- the tenants' limit overrides are mirrored into Redis again when Redis lost them (the fair
+  gate reads the running cap there).
 
 Every publish is the guarded one (``Streams.publish_many``), so a task never gets a second live
 entry; the re-publishes are counted in the fleet's stats hash (``ingest status`` shows them).
@@ -30,6 +32,7 @@ import trio
 
 from db.config import Settings
 from db.database import RETRYABLE_DB_ERRORS, connection, lock_for_update
+from db.gate import Gate
 from db.models import CANCELLED, QUEUED, RUNNING, Chunk, Task, now_ms
 from db.streams import RETRYABLE_REDIS_ERRORS, Streams
 from executor.context import Limiters
@@ -37,6 +40,7 @@ from executor.outage import Outage
 from executor.progress import append_line
 from ingest.documents import lock_documents, recompute_documents
 from ingest.publish import task_message
+from ingest.tenants import all_overrides, mirror_limits
 
 log = logging.getLogger("executor.reconciler")
 
@@ -62,10 +66,17 @@ class ReconcileReport:
     requeued: list[str] = field(default_factory=list)  # running rows set queued (then published)
     chunks_removed: int = 0
     consumers_removed: list[str] = field(default_factory=list)
+    limits_mirrored: int = 0  # tenants whose overrides were written to Redis again
 
     @property
     def changed(self) -> bool:
-        return bool(self.republished or self.requeued or self.chunks_removed or self.consumers_removed)
+        return bool(
+            self.republished
+            or self.requeued
+            or self.chunks_removed
+            or self.consumers_removed
+            or self.limits_mirrored
+        )
 
 
 class Reconciler:
@@ -111,11 +122,13 @@ class Reconciler:
         if report is not None and report.changed:
             log.warning(
                 "reconciled: %d task(s) published again (%d of them running under a dead owner), "
-                "%d chunk(s) of cancelled tasks removed, %d consumer(s) removed from the group",
+                "%d chunk(s) of cancelled tasks removed, %d consumer(s) removed from the group, "
+                "%d tenant(s)' limits mirrored into Redis again",
                 len(report.republished),
                 len(report.requeued),
                 report.chunks_removed,
                 len(report.consumers_removed),
+                report.limits_mirrored,
                 extra={"task_ids": report.republished[:50]},
             )
         return report
@@ -128,6 +141,7 @@ class Reconciler:
         ):
             return None
         self.passes += 1
+        mirrored = self._mirror_limits()  # before publishing: the gate admits with the right caps
         cutoff = now_ms() - self.grace_ms
         queued = self._lost_queued(cutoff)
         requeued = self._lost_running(cutoff)
@@ -137,7 +151,18 @@ class Reconciler:
             requeued=[r["id"] for r in requeued],
             chunks_removed=self._cancelled_chunks(cutoff),
             consumers_removed=self._idle_consumers(),
+            limits_mirrored=mirrored,
         )
+
+    def _mirror_limits(self) -> int:
+        """The limit overrides into Redis, when its mirror is missing (Redis lost its data)."""
+        if self.client.exists(self.keys.limits_mirrored):
+            return 0
+        with connection():
+            rows = all_overrides()
+        mirror_limits(self.client, self.keys, rows)
+        Gate(self.client, self.keys).unpark([t for t, _ in rows])
+        return len(rows)
 
     def _without_entry(self, ids: Sequence[str]) -> set[str]:
         """Those of ``ids`` whose published key is missing (no live stream entry)."""

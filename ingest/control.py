@@ -136,31 +136,55 @@ def refresh_kb_counts(kb_ids: Iterable[str]) -> None:
 # -- cancel ------------------------------------------------------------------------------
 
 
-def cancel(settings: Settings, id_: str) -> CancelResult:
-    """Cancel a task, or every unfinished task of a document: rows first, then cancel keys."""
+def ended_rows(task_ids: Sequence[str]) -> list[dict[str, Any]]:
+    """What a result needs of rows just made terminal (id, document, tenant, type)."""
+    rows: list[dict[str, Any]] = []
+    for batch in _batches(list(task_ids)):
+        rows += list(
+            Task.select(Task.id, Task.doc_id, Task.tenant_id, Task.task_type).where(Task.id.in_(batch)).dicts()
+        )
+    return rows
+
+
+def _task_or_document(id_: str, tenant_id: str | None) -> tuple[Task | None, Document | None]:
+    """The task or document ``id_`` names; another tenant's reads as absent (``NotFound``)."""
+    task = Task.get_or_none(Task.id == id_)
+    if task is not None and (tenant_id is None or task.tenant_id == tenant_id):
+        return task, None
+    doc = Document.get_or_none(Document.id == id_)
+    if doc is not None and (tenant_id is None or doc.tenant_id == tenant_id):
+        return None, doc
+    raise NotFound(f"no task or document with id {id_!r}")
+
+
+def cancel(settings: Settings, id_: str, *, tenant_id: str | None = None) -> CancelResult:
+    """Cancel a task, or every unfinished task of a document: rows first, then cancel keys (and
+    each cancelled task's result). With ``tenant_id``, only that tenant's task or document."""
     init_database(settings.db_url)
     with unit():
-        task = Task.get_or_none(Task.id == id_)
+        task, doc = _task_or_document(id_, tenant_id)
         if task is not None:
             target, doc_ids, candidates = "task", [task.doc_id] if task.doc_id else [], [task.id]
         else:
-            doc = Document.get_or_none(Document.id == id_)
-            if doc is None:
-                raise NotFound(f"no task or document with id {id_!r}")
+            assert doc is not None
             target, doc_ids, candidates = "document", [doc.id], unfinished_task_ids([doc.id])
         lock_documents(doc_ids)
         cancelled = cancel_task_rows(candidates, "cancelled by request")
         recompute_documents(doc_ids)
-    send_cancels(settings, cancelled)
+        ended = ended_rows(cancelled)
+    send_cancels(settings, cancelled, ended)
     return CancelResult(target=target, task_ids=cancelled, doc_ids=doc_ids)
 
 
 # -- retry -------------------------------------------------------------------------------
 
 
-def retry(settings: Settings, id_: str | None = None, *, failed: bool = False) -> RetryResult:
+def retry(
+    settings: Settings, id_: str | None = None, *, failed: bool = False, tenant_id: str | None = None
+) -> RetryResult:
     """Re-queue failed, dead or cancelled tasks (a task, a document's current generation, or
-    with ``failed=True`` every failed or dead task of a current generation), then publish them."""
+    with ``failed=True`` every failed or dead task of a current generation), then publish them.
+    With ``tenant_id``, only that tenant's task or document (another's reads as not found)."""
     if (id_ is None) == (not failed):
         raise ValueError("retry takes a task or document id, or failed=True, not both")
     init_database(settings.db_url)
@@ -170,7 +194,7 @@ def retry(settings: Settings, id_: str | None = None, *, failed: bool = False) -
             candidates = _failed_of_current_generations()
         else:
             assert id_ is not None
-            candidates = _retry_candidates(id_, skipped)
+            candidates = _retry_candidates(id_, skipped, tenant_id)
         doc_ids = sorted({d for _, d in candidates if d})
         lock_documents(doc_ids)
         rows = _requeue_rows([tid for tid, _ in candidates])
@@ -179,17 +203,17 @@ def retry(settings: Settings, id_: str | None = None, *, failed: bool = False) -
     return RetryResult(task_ids=[r["id"] for r in rows], published=published.sent, skipped=skipped)
 
 
-def _retry_candidates(id_: str, skipped: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    task = Task.get_or_none(Task.id == id_)
+def _retry_candidates(
+    id_: str, skipped: list[tuple[str, str]], tenant_id: str | None = None
+) -> list[tuple[str, str]]:
+    task, doc = _task_or_document(id_, tenant_id)
     if task is not None:
         why = _why_not_retryable(task)
         if why:
             skipped.append((id_, why))
             return []
         return [(task.id, task.doc_id)]
-    doc = Document.get_or_none(Document.id == id_)
-    if doc is None:
-        raise NotFound(f"no task or document with id {id_!r}")
+    assert doc is not None
     found = list(
         Task.select(Task.id, Task.doc_id)
         .where(

@@ -8,6 +8,9 @@
     │   └── BadDocument  content the parser cannot read (corrupt PDF, random bytes, …)
     ├── BadMessage       a stream message outside the contract: dead-lettered with the reason
     ├── SubmitRefused    a file refused at submit (unreadable, empty, too large)
+    ├── LimitExceeded    a submit a tenant's limit refuses, before anything is written
+    │   ├── TenantQueueFull     more unfinished tasks than ``max_queued``
+    │   └── SubmissionTooLarge  more documents in one submission than ``max_docs``
     └── NotFound         an id or knowledge base that does not exist (also a LookupError)
 
 ``is_retryable`` also recognises the database's and Redis's own connection errors.
@@ -60,6 +63,54 @@ class PublishError(RetryableError):
 
 class SubmitRefused(IngestError):
     """A file the producer would not enqueue; the message names the file and why."""
+
+
+class LimitExceeded(IngestError):
+    """A tenant's limit refused a submission; nothing was written (no row, no bytes, no entry).
+
+    ``limit`` names the limit, ``maximum`` its value, ``count`` what the tenant has (or asked
+    for), ``adding`` what this submission would add."""
+
+    retry_after_s = 30  # what an HTTP front end tells the client (Retry-After)
+
+    def __init__(self, limit: str, maximum: int, count: int, tenant_id: str, adding: int = 0) -> None:
+        self.limit, self.maximum, self.count, self.tenant_id, self.adding = limit, maximum, count, tenant_id, adding
+        self.orphan_locations: list[str] = []  # bytes the refused call had stored (the producer removes them)
+        super().__init__(self.describe())
+
+    def describe(self) -> str:
+        return f"tenant {self.tenant_id!r}: {self.limit} is {self.maximum}"
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "error": type(self).__name__,
+            "limit": self.limit,
+            "maximum": self.maximum,
+            "count": self.count,
+            "adding": self.adding,
+            "tenant_id": self.tenant_id,
+            "message": str(self),
+        }
+
+
+class TenantQueueFull(LimitExceeded):
+    """The tenant has ``count`` unfinished tasks; ``adding`` more would pass ``max_queued``."""
+
+    def describe(self) -> str:
+        return (
+            f"tenant {self.tenant_id!r} has {self.count} unfinished task(s); {self.adding} more would "
+            f"pass its {self.limit} of {self.maximum}"
+        )
+
+
+class SubmissionTooLarge(LimitExceeded):
+    """One submission of ``count`` documents, over ``max_docs``."""
+
+    def describe(self) -> str:
+        return (
+            f"a submission of {self.count} documents is over tenant {self.tenant_id!r}'s "
+            f"{self.limit} of {self.maximum}"
+        )
 
 
 class NotFound(IngestError, LookupError):

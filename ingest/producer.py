@@ -24,11 +24,13 @@ import peewee
 from db.bulk import bulk_insert_into_db
 from db.config import Settings
 from db.database import init_database, unit
+from db.keys import check_tenant
 from db.models import DONE, QUEUED, UNFINISHED_STATES, Document, KnowledgeBase, Task, now_ms
-from ingest import ids
+from ingest import ids, tenants
 from ingest.control import (
     cancel,
     cancel_task_rows,
+    ended_rows,
     refresh_kb_counts,
     remove_document,
     remove_kb,
@@ -36,13 +38,13 @@ from ingest.control import (
     unfinished_task_ids,
 )
 from ingest.documents import lock_documents, recompute_documents
-from ingest.errors import NotFound, PublishError
+from ingest.errors import NotFound, PublishError, TenantQueueFull
 from ingest.lines import line
 from ingest.parser_config import DEFAULT_PARSER_CONFIG, document_config, new_kb_config
 from ingest.pdfpages import PageCounter
 from ingest.publish import publish_messages, task_message
 from ingest.reuse import apply_reuse
-from ingest.sources import Refusal, Source, read_sources
+from ingest.sources import Refusal, Source, read_sources, source_names
 from ingest.storage import Storage, location_for, open_storage
 
 __all__ = [
@@ -120,6 +122,7 @@ class _Plan:
     documents: list[SubmittedDocument]
     messages: list[dict[str, Any]]
     cancelled: list[str]
+    cancelled_rows: list[dict[str, Any]]  # what their results need
     obsolete_locations: list[str]
     reused: int
 
@@ -165,15 +168,26 @@ def submit_documents(
     committed (the rows stay queued).
     """
     check_priority(priority)
+    check_tenant(tenant_id)
     if not kb_name or len(kb_name) > MAX_KB_NAME_CHARS:
         raise ValueError(f"a knowledge base name has 1 to {MAX_KB_NAME_CHARS} characters: {kb_name!r}")
     init_database(settings.db_url)
+    sources = list(sources)
+    names = source_names(sources)
+    tenants.check_documents(settings, tenant_id, len(names))
     kb = ids.kb_id(tenant_id, kb_name)
+    limits = tenants.precheck_queue(settings, tenant_id, lambda: _new_documents(kb, names))
+    if limits.max_queued:
+        tenants.ensure_row(tenant_id)
     staged, refused = _stage(settings, sources, kb)
     if not staged:
         return SubmitResult(kb, kb_name, [], refused, reused=0, published=0, cancelled=0)
-    spec = _Spec(settings, kb, kb_name, tenant_id, priority, dict(parser_config or {}), dataflow_id)
-    plan = _with_deadlock_retry(lambda: _write_rows(spec, staged))
+    spec = _Spec(settings, kb, kb_name, tenant_id, priority, dict(parser_config or {}), dataflow_id, limits)
+    try:
+        plan = _with_deadlock_retry(lambda: _write_rows(spec, staged))
+    except TenantQueueFull as exc:
+        _delete_bytes(settings, exc.orphan_locations)
+        raise
     result = SubmitResult(
         kb_id=kb,
         kb_name=kb_name,
@@ -184,13 +198,22 @@ def submit_documents(
         cancelled=len(plan.cancelled),
     )
     try:
-        published = publish_messages(settings, plan.messages, cancel_ids=plan.cancelled)
+        published = publish_messages(
+            settings, plan.messages, cancel_ids=plan.cancelled, ended=plan.cancelled_rows
+        )
     except PublishError as exc:
         exc.result = result  # what was committed, for the caller
         raise
     finally:
         _delete_bytes(settings, plan.obsolete_locations)
     return dataclasses.replace(result, published=published.sent)
+
+
+def _new_documents(kb: str, names: Sequence[str]) -> int:
+    """How many of ``names`` are not documents of ``kb`` yet: each adds a task at least (a
+    document submitted again replaces its unfinished tasks, so it may add none)."""
+    doc_ids = sorted({ids.doc_id(kb, n) for n in names})
+    return len(doc_ids) - len(_existing_documents(doc_ids))
 
 
 def _stage(
@@ -246,6 +269,7 @@ class _Spec:
     priority: int
     parser_config: dict[str, Any]
     dataflow_id: str | None
+    limits: tenants.Limits
 
     @property
     def task_type(self) -> str:
@@ -282,7 +306,9 @@ def _with_deadlock_retry(work: Any) -> _Plan:
 
 
 def _write_rows(spec: _Spec, staged: list[_Staged]) -> _Plan:
-    """One transaction: knowledge base, superseded tasks cancelled, task rows, document rows."""
+    """One transaction: knowledge base, superseded tasks cancelled, task rows, document rows;
+    refused (rolled back) when the tenant's queue would pass its cap."""
+    tenants.lock_queue(spec.tenant_id, spec.limits)
     kb_config = _ensure_kb(spec)
     doc_config = document_config(kb_config, spec.parser_config)
     doc_ids = [s.doc_id for s in staged]
@@ -298,6 +324,12 @@ def _write_rows(spec: _Spec, staged: list[_Staged]) -> _Plan:
     )
     all_tasks = [t for rows in tasks_by_doc.values() for t in rows]
     bulk_insert_into_db(Task, all_tasks, replace_on_conflict=True)
+    try:
+        tenants.check_queue(spec.tenant_id, spec.limits, sum(t["status"] == QUEUED for t in all_tasks))
+    except TenantQueueFull as exc:  # the bytes stored for this call that no document keeps
+        kept = {loc for _, loc in existing.values()}
+        exc.orphan_locations = [s.location for s in staged if s.location not in kept]
+        raise
     bulk_insert_into_db(
         Document, [_document_row(spec, s, tasks_by_doc[s.doc_id], doc_config) for s in staged], True
     )
@@ -327,6 +359,7 @@ def _write_rows(spec: _Spec, staged: list[_Staged]) -> _Plan:
         documents=documents,
         messages=[task_message(t) for t in all_tasks if t["status"] == QUEUED],
         cancelled=cancelled,
+        cancelled_rows=ended_rows(cancelled),
         obsolete_locations=obsolete,
         reused=sum(d.reused for d in documents),
     )
@@ -503,9 +536,22 @@ def enqueue_tasks(settings: Settings, tasks: Sequence[Mapping[str, Any]]) -> lis
         )
     if len({r["id"] for r in rows}) != len(rows):
         raise ValueError("enqueue_tasks was given the same task id twice")
+    by_tenant: dict[str, int] = {}
+    for r in rows:
+        check_tenant(r["tenant_id"])
+        by_tenant[r["tenant_id"]] = by_tenant.get(r["tenant_id"], 0) + 1
+    limits = {t: tenants.precheck_queue(settings, t, lambda n=n: n) for t, n in sorted(by_tenant.items())}
+    for t, lim in limits.items():
+        if lim.max_queued:
+            tenants.ensure_row(t)
     with unit():
+        for t in sorted(limits):
+            tenants.lock_queue(t, limits[t])
         live = _unfinished_ids(given)
-        bulk_insert_into_db(Task, [r for r in rows if r["id"] not in live], replace_on_conflict=True)
+        fresh = [r for r in rows if r["id"] not in live]
+        bulk_insert_into_db(Task, fresh, replace_on_conflict=True)
+        for t in sorted(limits):
+            tenants.check_queue(t, limits[t], sum(r["tenant_id"] == t for r in fresh))
     publish_messages(settings, [task_message(r) for r in rows])
     return [r["id"] for r in rows]
 

@@ -16,6 +16,8 @@ import redis
 
 from db.config import Settings
 from db.keys import Keys
+from db.models import CANCELLED, now_ms
+from db.results import Announcement, Results, result_record
 from db.streams import Streams, connect
 from ingest.errors import PublishError
 
@@ -44,8 +46,11 @@ def _chunks(items: Sequence[Any], size: int = CHUNK) -> Iterable[Sequence[Any]]:
         yield items[start : start + size]
 
 
-def send_cancels(settings: Settings, task_ids: Sequence[str]) -> None:
-    """Set ``cancel:{task}`` (expiring after the task timeout) for each task; rows go first."""
+def send_cancels(
+    settings: Settings, task_ids: Sequence[str], ended: Sequence[Mapping[str, Any]] = ()
+) -> None:
+    """Set ``cancel:{task}`` (expiring after the task timeout) for each task; rows go first.
+    ``ended`` are the rows this cancel made terminal: each gets its result and completion event."""
     if not task_ids:
         return
     keys = Keys(settings.key_prefix)
@@ -57,6 +62,7 @@ def send_cancels(settings: Settings, task_ids: Sequence[str]) -> None:
             for tid in chunk:
                 pipe.set(keys.cancel(tid), "1", ex=ttl)
             pipe.execute()
+        announce_ends(settings, client, ended, CANCELLED, "cancelled")
     except redis.RedisError as exc:
         raise PublishError(
             f"{len(task_ids)} task(s) are cancelled on their rows but the cancel requests could not "
@@ -67,13 +73,46 @@ def send_cancels(settings: Settings, task_ids: Sequence[str]) -> None:
         client.close()
 
 
-def publish_messages(
-    settings: Settings, messages: Sequence[Mapping[str, Any]], *, cancel_ids: Sequence[str] = ()
-) -> Published:
-    """Send cancel requests for ``cancel_ids``, then one message per task.
+def announce_ends(
+    settings: Settings, client: redis.Redis, rows: Sequence[Mapping[str, Any]], status: str, error: str
+) -> None:
+    """Rows made terminal outside an executor (a cancel): their results and completion events,
+    each written once (``db.results``)."""
+    if not rows:
+        return
+    results = Results(client, Keys(settings.key_prefix))
+    now = now_ms()
+    for chunk in _chunks(list(rows)):
+        results.announce(
+            [
+                Announcement(
+                    {
+                        "task_id": r["id"],
+                        "doc_id": r.get("doc_id") or "",
+                        "tenant_id": r.get("tenant_id") or "",
+                        "status": status,
+                        "progress": -1.0,
+                    },
+                    result_record(r, status, error=error, finished_at=now),
+                )
+                for r in chunk
+            ],
+            ttl_s=settings.results_ttl_s,
+        )
 
-    A task being published gets any stale cancel request of its id removed first (an id can come
-    back: a retried task, a document submitted again after ``rm``).
+
+def publish_messages(
+    settings: Settings,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    cancel_ids: Sequence[str] = (),
+    ended: Sequence[Mapping[str, Any]] = (),
+) -> Published:
+    """Send cancel requests for ``cancel_ids`` (``ended``: their rows, for their results), then
+    one message per task.
+
+    A task being published gets any stale cancel request and result of its id removed first (an
+    id can come back: a retried task, a document submitted again after ``rm``).
     """
     keys = Keys(settings.key_prefix)
     client = connect(settings.redis_url)
@@ -81,9 +120,11 @@ def publish_messages(
     sent = live = 0
     try:
         if cancel_ids:
-            send_cancels(settings, cancel_ids)
+            send_cancels(settings, cancel_ids, ended)
         for chunk in _chunks(messages):
-            client.delete(*[keys.cancel(str(m["id"])) for m in chunk])
+            ids_ = [str(m["id"]) for m in chunk]
+            # a task published again starts afresh: no old cancel request, no old result
+            client.delete(*[keys.cancel(t) for t in ids_], *[keys.result(t) for t in ids_])
             for result in streams.publish_many(chunk, chunk=CHUNK):
                 if result is None:
                     live += 1

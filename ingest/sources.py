@@ -49,6 +49,21 @@ def read_sources(sources: Iterable[Source], max_doc_bytes: int) -> Iterator[Sour
             yield _from_path(path, path.name, max_doc_bytes)
 
 
+def source_names(sources: Iterable[Source]) -> list[str]:
+    """The document names ``sources`` give (a folder: its files), without reading any bytes."""
+    names: list[str] = []
+    for source in sources:
+        if isinstance(source, tuple):
+            names.append(str(source[0]))
+            continue
+        path = Path(os.fspath(source))
+        if path.is_dir():
+            names += [name for _, name in _walk(path)]
+        else:
+            names.append(path.name)
+    return names
+
+
 def _walk(root: Path) -> Iterator[tuple[Path, str]]:
     """Files under ``root`` in a stable order, hidden ones (``.git``, ``.DS_Store``) left out;
     symlinked folders are not followed (no loops)."""

@@ -16,7 +16,8 @@ import redis
 
 from db.config import Settings
 from db.database import connection, init_database
-from db.keys import Keys
+from db.gate import Gate
+from db.keys import PRIORITIES, Keys
 from db.models import TASK_STATES, Document, KnowledgeBase, Task
 from db.streams import connect
 from ingest.errors import NotFound
@@ -52,18 +53,24 @@ def summary(settings: Settings) -> dict[str, Any]:
 
 
 def redis_summary(settings: Settings) -> dict[str, Any]:
-    """Stream lengths and pending entries, dead letters, live executors, fleet counters."""
+    """Stream lengths and pending entries (and what waits at the fair gate before each), dead
+    letters, live executors, fleet counters."""
     keys = Keys(settings.key_prefix)
     client = connect(settings.redis_url)
     try:
         streams = {}
-        for stream in keys.queues:
+        tenants = Gate(client, keys).tenants_at_gate()
+        for stream, priority in zip(keys.queues, PRIORITIES, strict=True):
             length = int(client.xlen(stream))
             try:
                 pending = int(client.xpending(stream, keys.group)["pending"])
             except redis.ResponseError:  # no group yet (`ingest init` not run)
                 pending = 0
-            streams[stream] = {"length": length, "pending": pending}
+            pipe = client.pipeline(transaction=False)
+            for tenant in tenants:
+                pipe.xlen(keys.backlog(priority, tenant))
+            waiting = sum(int(n) for n in pipe.execute()) if tenants else 0
+            streams[stream] = {"length": length, "pending": pending, "waiting": waiting}
         executors = sum(1 for _ in client.scan_iter(match=keys.executor_pattern, count=1000))
         stats = {k: _number(v) for k, v in client.hgetall(keys.stats).items()}
         return {
@@ -95,16 +102,17 @@ def task_dict(task: dict[str, Any], *, with_chunk_ids: bool = True) -> dict[str,
     return out
 
 
-def describe(settings: Settings, id_: str) -> dict[str, Any]:
+def describe(settings: Settings, id_: str, *, tenant_id: str | None = None) -> dict[str, Any]:
     """One task (``{"kind": "task", "task": …}``) or one document with its current
-    generation's tasks (``{"kind": "document", "document": …, "tasks": […]}``)."""
+    generation's tasks (``{"kind": "document", "document": …, "tasks": […]}``). With
+    ``tenant_id``, another tenant's task or document reads as not found."""
     init_database(settings.db_url)
     with connection():
         task = Task.get_or_none(Task.id == id_)
-        if task is not None:
+        if task is not None and (tenant_id is None or task.tenant_id == tenant_id):
             return {"kind": "task", "task": task_dict(task.to_dict())}
         doc = Document.get_or_none(Document.id == id_)
-        if doc is None:
+        if doc is None or (tenant_id is not None and doc.tenant_id != tenant_id):
             raise NotFound(f"no task or document with id {id_!r}")
         kb = KnowledgeBase.get_or_none(KnowledgeBase.id == doc.kb_id)
         tasks = list(

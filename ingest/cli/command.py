@@ -134,10 +134,13 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
 
             render.described(new_console(), data)
         return EXIT_OK
+    from ingest.tenants import standings
+
     data = st.summary(settings)
     code = EXIT_OK
     try:
         data["redis"] = st.redis_summary(settings)
+        data["tenants"] = [s.to_dict() for s in standings(settings)]
     except redis.RedisError as exc:
         data["redis"] = {"error": f"Redis unreachable at {_redact(settings.redis_url)}: {exc}"}
         err(data["redis"]["error"])
@@ -146,8 +149,12 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
         json_out(data)
     else:
         from ingest.cli import render
+        from ingest.cli.tenants import render_standings
 
-        render.summary(new_console(), data)
+        console = new_console()
+        render.summary(console, data)
+        if "tenants" in data:
+            render_standings(console, data["tenants"])
     return code
 
 
@@ -202,14 +209,19 @@ def cmd_rm(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_fleet(settings: Settings, args: argparse.Namespace) -> int:
     from ingest.status import fleet
+    from ingest.tenants import standings
 
     beats = fleet(settings)
+    tenants = [s.to_dict() for s in standings(settings)]
     if args.json:
-        json_out(beats)
+        json_out({"executors": beats, "tenants": tenants} if args.tenants else beats)
     else:
         from ingest.cli import render
+        from ingest.cli.tenants import render_standings
 
-        render.fleet(new_console(), beats)
+        console = new_console()
+        render.fleet(console, beats)
+        render_standings(console, tenants)
     return EXIT_OK
 
 
@@ -310,14 +322,20 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("doc_id", nargs="?", metavar="DOC_ID")
     which.add_argument("--kb", metavar="NAME", help="remove this knowledge base")
     sub.add_argument("--tenant", default="default", metavar="ID", help="tenant of the knowledge base")
-    verb("fleet", cmd_fleet, "Live executors and their heartbeats.")
+    sub = verb("fleet", cmd_fleet, "Live executors and their heartbeats, and each tenant's standing.")
+    sub.add_argument(
+        "--tenants",
+        action="store_true",
+        help='with --json: {"executors": [...], "tenants": [...]} instead of the executors alone',
+    )
     sub = verb("search", cmd_search, "The chunks of a knowledge base closest to a query.")
     sub.add_argument("query", metavar="QUERY")
     sub.add_argument("--kb", required=True, metavar="NAME")
     sub.add_argument("--tenant", default="default", metavar="ID")
     sub.add_argument("-k", type=int, default=5, metavar="N", help="how many chunks (default 5)")
-    from ingest.cli import dataflow, dead, memory, strikes
+    from ingest.cli import dataflow, dead, memory, strikes, tenants
 
+    tenants.add_verbs(verbs, _global_options)
     dataflow.add_verbs(verbs, _global_options)
     memory.add_verbs(verbs, _global_options)
     dead.add_verbs(verbs, _global_options)

@@ -76,7 +76,8 @@ def summary(console: Console, data: dict[str, Any]) -> None:
     redis_part = data.get("redis") or {}
     if "streams" in redis_part:
         streams = ", ".join(
-            f"{s} {v['length']} entries ({v['pending']} pending)" for s, v in redis_part["streams"].items()
+            f"{s} {v['length']} entries ({v['pending']} pending, {v.get('waiting', 0)} waiting at the gate)"
+            for s, v in redis_part["streams"].items()
         )
         console.print(f"streams: {streams}; dead letters: {redis_part['dead_letters']}")
         stats = ", ".join(f"{k} {v}" for k, v in sorted(redis_part["stats"].items()))

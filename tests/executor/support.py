@@ -48,6 +48,8 @@ def enqueue(streams: Streams, specs: Iterable[dict[str, Any]], *, publish: bool 
         priority = spec.pop("priority", 0)
         task_type = spec.pop("task_type")
         row_extra = {k: spec.pop(k) for k in list(spec) if k in ROW_FIELDS}
+        if "tenant_id" in spec:  # on the row and in the message, as the producer writes both
+            row_extra["tenant_id"] = spec["tenant_id"]
         rows.append(
             {
                 "id": tid,

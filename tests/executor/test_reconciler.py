@@ -146,3 +146,15 @@ async def test_one_reconciler_of_the_fleet_per_interval(xsettings, streams, rcli
     assert first.reconcile() is not None
     assert second.reconcile() is None  # the fleet lock is held for the interval
     assert rclient.pttl(keys.lock("reconcile")) > 0
+
+
+async def test_tenant_limits_lost_with_redis_are_mirrored_again_and_the_gate_obeys_them(
+    xsettings, streams, rclient, keys, db
+):
+    from ingest.tenants import set_limits
+
+    set_limits(xsettings, "acme", {"max_running": 0})
+    rclient.delete(keys.limits("acme"), keys.limits_mirrored)  # as if Redis lost its data
+    report = _reconciler(xsettings, streams).reconcile(force=True)
+    assert report.limits_mirrored == 1 and rclient.hget(keys.limits("acme"), "max_running") == "0"
+    assert _reconciler(xsettings, streams).reconcile(force=True).limits_mirrored == 0

@@ -46,7 +46,10 @@ def cli_env(settings: Any) -> dict[str, str]:
 
 
 def stream_messages(rclient: Any, keys: Any, priority: int) -> list[dict[str, Any]]:
-    return [orjson.loads(fields["message"]) for _, fields in rclient.xrange(keys.queue(priority))]
+    """The messages waiting at ``priority``: in the priority stream (admitted) and in every
+    tenant's backlog (not yet admitted by the fair gate)."""
+    streams = [keys.queue(priority), *rclient.scan_iter(match=f"{keys.queue(priority)}:t:*", count=1000)]
+    return [orjson.loads(fields["message"]) for s in streams for _, fields in rclient.xrange(s)]
 
 
 def all_messages(rclient: Any, keys: Any) -> list[dict[str, Any]]:
@@ -88,8 +91,9 @@ def finish_task(task_id: str, *, status: str = DONE, chunks: int = 2, msg: str =
 
 
 def ack_all(rclient: Any, keys: Any) -> None:
-    """Empty the task streams and published keys, as acks after terminal writes would."""
-    for stream in keys.queues:
+    """Empty the task streams, the tenants' backlogs and published keys, as acks after terminal
+    writes would."""
+    for stream in [*keys.queues, *rclient.scan_iter(match=f"{keys.prefix}:queue:*:t:*", count=1000)]:
         for entry_id, fields in rclient.xrange(stream):
             task_id = orjson.loads(fields["message"])["id"]
             rclient.xdel(stream, entry_id)

@@ -29,7 +29,8 @@ def test_status_json_counts_tasks_documents_and_streams(settings, capsys):
     assert data["documents"] == {"total": 2, "by_run": {"queued": 1, "done": 1}}
     assert data["knowledge_bases"] == 1
     streams = data["redis"]["streams"]
-    assert streams[f"{s.key_prefix}:queue:0"]["length"] == 5 and data["redis"]["dead_letters"] == 0
+    assert streams[f"{s.key_prefix}:queue:0"]["length"] == 0 and data["redis"]["dead_letters"] == 0
+    assert streams[f"{s.key_prefix}:queue:0"]["waiting"] == 5  # at the fair gate, none admitted yet
 
 
 def test_status_of_a_document_shows_its_tasks_and_of_a_task_its_row(settings, capsys):

@@ -12,6 +12,7 @@ from db.models import HELD, QUEUED, Task
 from ingest.cli import main
 from ingest.strikes import read_mirror
 from tests.executor.support import enqueue, rows, task_spec
+from tests.helpers import waiting
 from tests.ingest.factories import cli_args
 
 
@@ -48,7 +49,7 @@ def test_strike_list_and_restore_from_the_command_line(settings, streams, rclien
     assert main(["restore", "parse", "doc_type", "==", "pdf", "--json", *args]) == 0
     released = _json(capsys)
     assert released["task_ids"] == [tid] and released["published"] == 1
-    assert rows([tid])[tid]["status"] == QUEUED and rclient.xlen(keys.queue(0)) == 1
+    assert rows([tid])[tid]["status"] == QUEUED and waiting(rclient, keys) == 1
     assert main(["restore", "--id", str(listed[1]["id"]), *args]) == 0
     assert "released 0 held task(s)" in capsys.readouterr().out
     assert main(["strikes", "--all", "--json", *args]) == 0

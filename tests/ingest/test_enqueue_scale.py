@@ -7,6 +7,7 @@ import time
 from db.database import unit
 from db.models import QUEUED, Task
 from ingest.producer import enqueue_tasks, submit_documents
+from tests.helpers import waiting
 from tests.ingest.factories import make_pdf
 
 N = 10_000
@@ -20,8 +21,8 @@ def test_ten_thousand_tasks_in_one_enqueue_call(settings, rclient, keys):
     assert len(set(task_ids)) == N
     with unit():
         assert Task.select().where(Task.status == QUEUED).count() == N
-    assert rclient.xlen(keys.queue(0)) + rclient.xlen(keys.queue(1)) == N
-    assert rclient.xlen(keys.queue(1)) == N // 2
+    assert waiting(rclient, keys) == N
+    assert rclient.xlen(keys.backlog(1, "default")) == N // 2
 
 
 def test_ten_thousand_page_ranges_in_one_submit_call(settings, rclient, keys):
@@ -33,4 +34,4 @@ def test_ten_thousand_page_ranges_in_one_submit_call(settings, rclient, keys):
     assert len(result.task_ids) == N and result.published == N
     with unit():
         assert Task.select().where(Task.status == QUEUED).count() == N
-    assert rclient.xlen(keys.queue(0)) == N
+    assert rclient.xlen(keys.backlog(0, "default")) == N

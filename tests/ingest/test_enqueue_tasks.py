@@ -53,7 +53,7 @@ def test_a_given_id_of_an_unfinished_task_is_left_alone_and_a_finished_one_reque
     with unit():
         Task.update(status=RUNNING, owner="c1", attempt=1).where(Task.id == "a" * 32).execute()
         Task.update(status=DONE, progress=1.0).where(Task.id == "b" * 32).execute()
-    for stream in keys.queues:  # as acks would
+    for stream in [*keys.queues, keys.backlog(0, "default")]:  # as acks would
         rclient.delete(stream)
     rclient.delete(keys.published("b" * 32))
     enqueue_tasks(

@@ -10,6 +10,7 @@ from ingest import ids
 from ingest.parser_config import DEFAULT_PARSER_CONFIG
 from ingest.producer import NO_PAGE_LIMIT, submit_documents
 from ingest.storage import location_for, open_storage
+from tests.helpers import waiting
 from tests.ingest.factories import make_pdf, stream_messages
 
 
@@ -94,7 +95,7 @@ def test_a_priority_other_than_0_or_1_is_refused_before_anything_is_written(sett
             submit_documents(settings, [("a.txt", b"x")], "kb1", priority=bad)
     with unit():
         assert Task.select().count() == 0 and KnowledgeBase.select().count() == 0
-    assert rclient.xlen(keys.queue(0)) == 0
+    assert waiting(rclient, keys) == 0
 
 
 def test_a_folder_means_its_files_recursively_named_by_relative_path(settings, tmp_path):

@@ -13,7 +13,7 @@ from db.keys import Keys
 from db.models import DONE, Task
 from ingest.cli import main as ingest_main
 from tests.executor.support import enqueue, task_spec
-from tests.helpers import wait_until
+from tests.helpers import wait_until, waiting
 from tests.reliability.support import Fleet, create_completion_table, fleet_settings
 
 
@@ -26,7 +26,7 @@ def test_a_row_whose_xadd_was_lost_is_republished_by_the_reconciler_and_finishes
     create_completion_table()
     lost = enqueue(streams, [task_spec("record", seconds=0.1) for _ in range(3)], publish=False)
     sent = enqueue(streams, [task_spec("record", seconds=0.1) for _ in range(3)])
-    assert rclient.xlen(keys.queue(0)) == 3
+    assert waiting(rclient, keys) == 3
     with Fleet(s, tmp_path) as fleet:
         fleet.start("host_1")
         fleet.start("host_2")

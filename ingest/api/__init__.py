@@ -1,0 +1,1 @@
+"""The HTTP interface: the producer, status, control and search over HTTP (``ingest serve``)."""

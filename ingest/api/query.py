@@ -1,0 +1,48 @@
+"""``GET|POST /v1/search``: the top chunks of a knowledge base for a query.
+
+The first search loads the embedding model in this process (seconds); every search runs in a
+thread under the ``embed_limiter`` (one at a time). The model is imported there, never when the
+app is imported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request
+
+from ingest.api.auth import Caller, caller
+from ingest.api.models import SearchIn
+from ingest.api.runtime import Runtime
+
+router = APIRouter(prefix="/v1", tags=["search"])
+
+
+async def _search(request: Request, kb: str, q: str, k: int, who: Caller) -> dict[str, Any]:
+    runtime: Runtime = request.app.state.runtime
+
+    def work() -> list[dict[str, Any]]:
+        from ingest.search import search
+
+        return [asdict(h) for h in search(runtime.settings, kb, q, k, tenant_id=who.tenant_id)]
+
+    return {"kb": kb, "query": q, "k": k, "hits": await runtime.in_embedder(work)}
+
+
+@router.get("/search", responses={404: {"description": "no such knowledge base"}})
+async def get_search(
+    request: Request,
+    kb: Annotated[str, Query(min_length=1, max_length=128)],
+    q: Annotated[str, Query(min_length=1, max_length=10_000)],
+    k: Annotated[int, Query(ge=1, le=1000)] = 5,
+    who: Caller = Depends(caller),
+) -> dict[str, Any]:
+    """Hits (chunk_id, doc_id, doc_name, page, score, content), best first."""
+    return await _search(request, kb, q, k, who)
+
+
+@router.post("/search", responses={404: {"description": "no such knowledge base"}})
+async def post_search(request: Request, body: SearchIn, who: Caller = Depends(caller)) -> dict[str, Any]:
+    """The same search with a JSON body ``{"kb", "q", "k"}``."""
+    return await _search(request, body.kb, body.q, body.k, who)

@@ -1,0 +1,90 @@
+"""What one server process shares: its settings, named limiters and the bounded Redis gate."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import redis
+import trio
+
+from db.config import Settings
+from db.database import init_database
+from db.keys import Keys
+from db.results import Results
+
+T = TypeVar("T")
+
+DB_THREADS = 16  # below the peewee pool's 32 connections
+REDIS_CONNECTIONS = 8  # the limiter and the blocking pool have this same size
+EMBED_THREADS = 1  # one model, one encode at a time
+FILE_THREADS = 4  # reading uploaded files spooled to disk
+REDIS_POOL_TIMEOUT_S = 10
+
+
+def redis_pool(url: str, size: int) -> redis.BlockingConnectionPool:
+    """A pool that makes callers wait for a free connection instead of opening more."""
+    return redis.BlockingConnectionPool.from_url(
+        url,
+        max_connections=size,
+        timeout=REDIS_POOL_TIMEOUT_S,
+        decode_responses=True,
+        encoding_errors="replace",
+        socket_timeout=10,
+        socket_connect_timeout=5,
+        socket_keepalive=True,
+        health_check_interval=30,
+    )
+
+
+@dataclass
+class Runtime:
+    """Settings, limiters and the gated Redis client of one server process."""
+
+    settings: Settings
+    db_limiter: trio.CapacityLimiter
+    redis_limiter: trio.CapacityLimiter
+    embed_limiter: trio.CapacityLimiter
+    file_limiter: trio.CapacityLimiter
+    redis_client: redis.Redis
+    keys: Keys
+    results: Results
+
+    @classmethod
+    def create(cls, settings: Settings) -> Runtime:
+        """Build (no connection is made until the first call)."""
+        init_database(settings.db_url, max_connections=2 * DB_THREADS)
+        client = redis.Redis(connection_pool=redis_pool(settings.redis_url, REDIS_CONNECTIONS))
+        keys = Keys(settings.key_prefix)
+        return cls(
+            settings=settings,
+            db_limiter=trio.CapacityLimiter(DB_THREADS),
+            redis_limiter=trio.CapacityLimiter(REDIS_CONNECTIONS),
+            embed_limiter=trio.CapacityLimiter(EMBED_THREADS),
+            file_limiter=trio.CapacityLimiter(FILE_THREADS),
+            redis_client=client,
+            keys=keys,
+            results=Results(client, keys),
+        )
+
+    async def in_db(self, fn: Callable[..., T], *args: Any) -> T:
+        """A blocking unit of database work (a domain call) in a thread, under ``db_limiter``."""
+        return await trio.to_thread.run_sync(fn, *args, limiter=self.db_limiter)
+
+    async def in_redis(self, fn: Callable[..., T], *args: Any) -> T:
+        """A blocking call on the gated client in a thread, under ``redis_limiter``."""
+        return await trio.to_thread.run_sync(fn, *args, limiter=self.redis_limiter)
+
+    async def in_embedder(self, fn: Callable[..., T], *args: Any) -> T:
+        """Model work (a search: load the model once, embed, score) under ``embed_limiter``;
+        the embed slot is taken first so that waiting searches hold no database slot."""
+        async with self.embed_limiter:
+            return await trio.to_thread.run_sync(fn, *args, limiter=self.db_limiter)
+
+    async def read_file(self, fn: Callable[..., T], *args: Any) -> T:
+        return await trio.to_thread.run_sync(fn, *args, limiter=self.file_limiter)
+
+    def close(self) -> None:
+        self.redis_client.close()
+        self.redis_client.connection_pool.disconnect()
