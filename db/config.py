@@ -79,6 +79,16 @@ class Settings:
     heartbeat_ttl_s: float = field(default=60.0, metadata={"help": "heartbeat expiry"})
     pages_per_task: int = field(default=12, metadata={"help": "PDF pages per task"})
     max_doc_bytes: int = field(default=134217728, metadata={"help": "larger files are refused"})
+    max_pages: int = field(
+        default=5000, metadata={"help": "PDF pages one document may have; more is refused at submit (0 = no cap)"}
+    )
+    worker_max_memory_mb: int = field(
+        default=2048, metadata={"help": "memory a parse worker may use; a document that needs more fails (0 = no cap)"}
+    )
+    parse_timeout_s: float = field(
+        default=900.0, metadata={"help": "time one parser or dataflow component may spend on one document"}
+    )
+    max_chunk_chars: int = field(default=20000, metadata={"help": "characters one chunk may hold"})
     embedding_model: str = field(default_factory=_default_model, metadata={"help": "model path or name"})
     embedding_batch: int = field(default=32, metadata={"help": "chunks per encode call"})
     max_tasks_per_child: int = field(default=0, metadata={"help": "recycle after N tasks (0 off)"})
@@ -89,6 +99,8 @@ class Settings:
     host_id: str = field(default_factory=socket.gethostname, metadata={"help": "host id"})
     metrics_port: int = field(default=0, metadata={"help": "Prometheus port (0 off)"})
     healthcheck_port: int = field(default=0, metadata={"help": "health check port (0 off)"})
+    metrics_host: str = field(default="127.0.0.1", metadata={"help": "address the metrics port binds"})
+    healthcheck_host: str = field(default="127.0.0.1", metadata={"help": "address the health port binds"})
     log_format: str = field(default="plain", metadata={"help": "plain or json"})
     log_level: str = field(default="INFO", metadata={"help": "log level"})
     tracing: str = field(
