@@ -32,6 +32,7 @@ from executor.book import Claimed
 from executor.progress import append_line
 from ingest.documents import lock_documents, recompute_documents
 from ingest.errors import BadMessage
+from ingest.publish import task_message
 from ingest.strikes import Rule, first_match
 
 MAX_MESSAGE_BYTES = 1 << 20  # a message larger than this is junk; its dead letter keeps the head
@@ -252,7 +253,9 @@ def _judge(
     if deliveries > rules.max_deliveries:
         last = _last_line(row.get("progress_msg") or "")
         return "bury", f"gave up after {deliveries} deliveries" + (f": {last}" if last else "")
-    task_type = msg.get("task_type") or DEFAULT_TASK_TYPE
+    # The row is the durable record: the message only says which task to look at; the type (and
+    # every field a handler reads) comes from the row, so a forged message changes nothing.
+    task_type = row.get("task_type") or DEFAULT_TASK_TYPE
     if task_type not in rules.task_types:
         return "bury", f"unknown task_type {task_type!r}"
     return "claim", task_type
@@ -303,7 +306,7 @@ def _bury_rows(items: list[tuple[Entry, dict[str, Any], str]], rows: dict[str, A
 def _stricken(strikes: Sequence[Rule], task_type: str, msg: dict[str, Any], found: Any) -> Rule | None:
     """The first active rule matching a queued task (a running row, come by reclaim, runs on)."""
     row, doc, _ = found
-    return first_match(strikes, task_type, row, doc, msg) if row["status"] == QUEUED else None
+    return first_match(strikes, task_type, row, doc, task_message(row)) if row["status"] == QUEUED else None
 
 
 def _hold(
@@ -379,7 +382,9 @@ def _claim(
             "claim_token": token,
             "begin_at": now,
         }
-        plan.claimed.append(Claimed(entry, msg, task_type, row, doc, kb, won[tid]))
+        # what the handler reads is the row's message, rebuilt as a publish builds it, never the
+        # stream's: a message forged into a stream can only name a task, not change it
+        plan.claimed.append(Claimed(entry, task_message(row), task_type, row, doc, kb, won[tid]))
 
 
 _CLAIM = (

@@ -7,8 +7,12 @@ once and kept in ``env.resources``.
 
 from __future__ import annotations
 
-from executor.context import ExecutorEnv
+from typing import Any
+
+from executor.context import ExecutorEnv, TaskContext
 from ingest.embedding import EmbeddingService
+from ingest.errors import PermanentError
+from ingest.storage import location_for
 
 EMBEDDING_SERVICE = "embedding_service"
 
@@ -25,3 +29,23 @@ def shared_embedding_service(env: ExecutorEnv) -> EmbeddingService:
         )
         env.resources[EMBEDDING_SERVICE] = service
     return service
+
+
+def owned_document(ctx: TaskContext) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The task's document and knowledge base, from their rows, checked to be the task's
+    tenant's, with the storage location that document's own (derived from its knowledge base,
+    id and content hash): a task row naming another tenant's document never reads a byte."""
+    if not ctx.doc:
+        raise PermanentError(f"task {ctx.task_id} has no document (removed after submit?)")
+    if not ctx.kb:
+        raise PermanentError(
+            f"document {ctx.doc.get('name')!r} has no knowledge base (removed after submit?)"
+        )
+    tenant = ctx.row.get("tenant_id") or "default"
+    if {ctx.doc.get("tenant_id") or "default", ctx.kb.get("tenant_id") or "default"} != {tenant}:
+        raise PermanentError(f"task {ctx.task_id} of tenant {tenant!r} names another tenant's document")
+    if ctx.doc.get("kb_id") != ctx.kb["id"] or ctx.doc.get("location") != location_for(
+        ctx.kb["id"], ctx.doc["id"], ctx.doc.get("content_hash") or ""
+    ):
+        raise PermanentError(f"document {ctx.doc['id']} names a storage location that is not its own")
+    return ctx.doc, ctx.kb

@@ -21,9 +21,10 @@ from typing import Any
 import trio
 
 from executor.context import ExecutorEnv, TaskContext, TaskResult
-from executor.handlers import shared_embedding_service
+from executor.handlers import owned_document, shared_embedding_service
 from ingest.dataflow.catalog import graph_of, load_dataflow
 from ingest.dataflow.components import FileInput, IndexTarget, Runtime
+from ingest.dataflow.debug import debug_location
 from ingest.dataflow.runner import run_graph
 from ingest.embedding import EmbeddingService
 from ingest.errors import PermanentError
@@ -46,8 +47,9 @@ def make_handler(env: ExecutorEnv) -> Callable[[TaskContext], Awaitable[TaskResu
 
 
 def _context(ctx: TaskContext) -> dict[str, Any]:
-    """The message's own fields, falling back to the row's payload (the same, re-published)."""
-    return {**(ctx.row.get("payload") or {}), **ctx.message}
+    """The task's context: its row's payload (``ctx.message`` is rebuilt from the row too; the
+    stream message is never believed)."""
+    return dict(ctx.row.get("payload") or {})
 
 
 async def dataflow_task(ctx: TaskContext, service: EmbeddingService, storage: Storage) -> TaskResult:
@@ -61,7 +63,7 @@ async def dataflow_task(ctx: TaskContext, service: EmbeddingService, storage: St
         raise PermanentError(
             f"unknown dataflow id {dataflow_id!r}: no such dataflow (never created, or replaced since the submit)"
         )
-    tenant = info.get("tenant_id") or ctx.row.get("tenant_id") or "default"
+    tenant = ctx.row.get("tenant_id") or "default"
     if row["tenant_id"] != tenant:
         raise PermanentError(
             f"dataflow {row['name']!r} belongs to tenant {row['tenant_id']!r}, not {tenant!r}"
@@ -111,14 +113,13 @@ def _document(ctx: TaskContext, info: Mapping[str, Any], debug: bool) -> tuple[s
             raise PermanentError(
                 "a debug dataflow run needs a document (name, doc_type, location) in its payload"
             )
-        return str(doc.get("name") or ""), str(doc.get("doc_type") or ""), str(doc["location"])
-    if not ctx.doc:
-        raise PermanentError(f"task {ctx.task_id} has no document (removed after submit?)")
-    if not ctx.kb:
-        raise PermanentError(
-            f"document {ctx.doc.get('name')!r} has no knowledge base (removed after submit?)"
-        )
-    return ctx.doc["name"], ctx.doc.get("doc_type") or "", ctx.doc["location"]
+        location = str(doc["location"])
+        if not location.startswith(debug_location(ctx.task_id, "")):
+            # a debug run reads only the bytes its own submit stored (under its task id)
+            raise PermanentError(f"a debug run reads only its own upload, not {location!r}")
+        return str(doc.get("name") or ""), str(doc.get("doc_type") or ""), location
+    doc, _ = owned_document(ctx)
+    return doc["name"], doc.get("doc_type") or "", doc["location"]
 
 
 def _target(ctx: TaskContext) -> IndexTarget:

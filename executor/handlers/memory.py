@@ -32,7 +32,7 @@ def make_handler(env: ExecutorEnv) -> Callable[[TaskContext], Awaitable[TaskResu
 
 
 async def memory_task(ctx: TaskContext, service: EmbeddingService) -> TaskResult:
-    item = check_message({**(ctx.row.get("payload") or {}), **ctx.message})
+    item = check_message(dict(ctx.row.get("payload") or {}))  # the row's context, never the stream's
     ctx.report(0.1, f"embedding message {item.source_id} ({item.role}, {len(item.content)} characters)")
     vectors = await service.embed([item.content])
     ctx.report(0.8, "")

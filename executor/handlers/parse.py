@@ -16,7 +16,7 @@ from typing import Any
 import trio
 
 from executor.context import ExecutorEnv, TaskContext, TaskResult
-from executor.handlers import shared_embedding_service
+from executor.handlers import owned_document, shared_embedding_service
 from executor.tracing import record_span, span
 from ingest.chunking import ChunkConfig, oversize_note
 from ingest.embedding import EmbeddingService
@@ -94,13 +94,8 @@ async def parse_task(ctx: TaskContext, service: EmbeddingService, storage: Stora
 
 
 def _require(ctx: TaskContext) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    if not ctx.doc:
-        raise PermanentError(f"task {ctx.task_id} has no document (removed after submit?)")
-    if not ctx.kb:
-        raise PermanentError(
-            f"document {ctx.doc.get('name')!r} has no knowledge base (removed after submit?)"
-        )
-    return ctx.doc, ctx.kb, ctx.row
+    doc, kb = owned_document(ctx)
+    return doc, kb, ctx.row
 
 
 def _read_bytes(storage: Storage, location: str) -> bytes:

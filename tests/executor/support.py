@@ -17,7 +17,16 @@ from db.streams import Streams
 from executor.daemon import Daemon
 from executor.runner import RetryPolicy
 
-ROW_FIELDS = {"status", "attempt", "owner", "handback_count", "progress", "progress_msg", "generation"}
+ROW_FIELDS = {
+    "status",
+    "attempt",
+    "owner",
+    "handback_count",
+    "progress",
+    "progress_msg",
+    "generation",
+    "payload",
+}
 FAST_RETRIES = RetryPolicy(max_tries=5, base_s=0.05, cap_s=0.2)
 
 
@@ -50,6 +59,9 @@ def enqueue(streams: Streams, specs: Iterable[dict[str, Any]], *, publish: bool 
         row_extra = {k: spec.pop(k) for k in list(spec) if k in ROW_FIELDS}
         if "tenant_id" in spec:  # on the row and in the message, as the producer writes both
             row_extra["tenant_id"] = spec["tenant_id"]
+        context = {k: v for k, v in spec.items() if k != "tenant_id"}
+        if context and "payload" not in row_extra:  # the type's own context lives on the row
+            row_extra["payload"] = context
         rows.append(
             {
                 "id": tid,

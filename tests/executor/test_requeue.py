@@ -13,7 +13,10 @@ def _requeue(streams, tid, task_type, *, key_lost=False):
     """What a producer does to run a task again: the row queued, then a fresh message (while
     the task's entry lives, only once its published key is gone: lost, or expired)."""
     with unit():
-        Task.update(status=QUEUED, progress=0.0).where(Task.id == tid).execute()
+        # the row says what runs: its type and context, as a producer's upsert writes them
+        Task.update(status=QUEUED, progress=0.0, task_type=task_type, payload={"seconds": 0}).where(
+            Task.id == tid
+        ).execute()
     if key_lost:
         streams.client.delete(streams.keys.published(tid))
     assert streams.publish_many([{"id": tid, "task_type": task_type, "priority": 0, "seconds": 0}])[0]
