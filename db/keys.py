@@ -6,10 +6,27 @@ import re
 from dataclasses import dataclass
 
 PRIORITIES = (1, 0)  # read order: high first
-PUBLISHED_TTL_S = 7 * 86400
+REQUEUE_TTL_S = 7 * 86400  # a re-queue waiting for an ack that never comes (its entry lost)
 DEFAULT_TENANT = "default"
 # A tenant id goes into key names: letters, digits and ``._@-``, 1 to 64 of them.
 _TENANT_ID = re.compile(r"^[A-Za-z0-9._@-]{1,64}$")
+
+
+CANCEL_ANY = "*"  # a cancel request of a task whose attempt is unknown (its row is gone)
+
+
+def cancels(value: str | None, attempt: int) -> bool:
+    """Whether a cancel request holding ``value`` stops a run of ``attempt``: it names the
+    attempt the row had when it was cancelled, so a later attempt (retry, replay, restore,
+    resubmit) is never stopped by an older cancel, whatever path published it."""
+    if value is None:
+        return False
+    if value == CANCEL_ANY:
+        return True
+    try:
+        return attempt <= int(value)
+    except ValueError:
+        return True  # not ours to read: err on the side of the user's request
 
 
 def check_tenant(tenant_id: object) -> str:
@@ -109,10 +126,23 @@ class Keys:
         return f"{self.prefix}:executor:*"
 
     def cancel(self, task_id: str) -> str:
+        """A cancel request; its value names the attempt it cancels (``cancels``)."""
         return f"{self.prefix}:cancel:{task_id}"
 
     def published(self, task_id: str) -> str:
+        """``{stream} {entry id}`` of the task's one live entry; no expiry (it lives exactly as
+        long as its entry: the ack deletes it, the reconciler drops one whose entry is gone)."""
         return f"{self.prefix}:published:{task_id}"
+
+    def requeue(self, task_id: str) -> str:
+        """The message of a task re-queued while its previous entry was still being processed:
+        the ack of that entry publishes it (so publish and ack cannot both win)."""
+        return f"{self.prefix}:requeue:{task_id}"
+
+    @property
+    def dead_tasks(self) -> str:
+        """HASH task id → its dead-letter entry: a task has one dead letter per death."""
+        return f"{self.prefix}:dead:tasks"
 
     @property
     def updates(self) -> str:
@@ -145,4 +175,6 @@ local function k_running(prefix, t) return prefix .. ':tenant:' .. t .. ':runnin
 local function k_limits(prefix, t) return prefix .. ':tenant:' .. t .. ':limits' end
 local function k_notify(prefix) return prefix .. ':notify' end
 local function k_published(prefix, task) return prefix .. ':published:' .. task end
+local function k_requeue(prefix, task) return prefix .. ':requeue:' .. task end
+local function k_dead_tasks(prefix) return prefix .. ':dead:tasks' end
 """

@@ -29,7 +29,7 @@ import orjson
 import redis
 
 from db.gate import GATE_LIB
-from db.keys import DEFAULT_TENANT, PUBLISHED_TTL_S, Keys, check_tenant
+from db.keys import DEFAULT_TENANT, REQUEUE_TTL_S, Keys, check_tenant
 
 # Errors that mean "Redis is unreachable or restarting": back off and retry, don't fail.
 RETRYABLE_REDIS_ERRORS: tuple[type[BaseException], ...] = (
@@ -84,12 +84,29 @@ def encode_message(message: Mapping[str, Any]) -> str:
 _PUBLISH = (
     GATE_LIB
     + """
--- KEYS: published key; ARGV: prefix, priority, tenant, task id, message json, ttl, wake (1/0)
--- The entry goes into the tenant's backlog; the fair gate admits it (db.gate).
-if redis.call('EXISTS', KEYS[1]) == 1 then return false end
-local key, id = backlog_add(ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
-redis.call('SET', KEYS[1], key .. ' ' .. id, 'EX', ARGV[6])
-if ARGV[7] == '1' then wake(ARGV[1]) end
+-- ARGV: prefix, priority, tenant, task id, message json, wake (1/0), requeue (1/0), requeue ttl
+-- The entry goes into the tenant's backlog; the fair gate admits it (db.gate). A task with a
+-- live entry gets none (false); with ``requeue``, if that entry is being processed (pending),
+-- the message waits in ``requeue:{task}`` for its ack, which publishes it ('deferred').
+local prefix, task = ARGV[1], ARGV[4]
+local pub = k_published(prefix, task)
+local live = redis.call('GET', pub)
+if live then
+  if ARGV[7] == '1' then
+    local stream, id = string.match(live, '^(%S+) (%S+)$')
+    if stream and not string.find(stream, ':t:', 1, true) then
+      local p = redis.pcall('XPENDING', stream, prefix .. ':executors', id, id, 1)
+      if type(p) == 'table' and p[1] then
+        redis.call('SET', k_requeue(prefix, task), ARGV[5], 'EX', ARGV[8])
+        return 'deferred'
+      end
+    end
+  end
+  return false
+end
+local key, id = backlog_add(prefix, ARGV[2], ARGV[3], task, ARGV[5])
+redis.call('SET', pub, key .. ' ' .. id)
+if ARGV[6] == '1' then wake(prefix) end
 return id
 """
 )
@@ -99,30 +116,48 @@ _WAKE = GATE_LIB + "wake(ARGV[1]) return 1"
 _ACK = (
     GATE_LIB
     + """
--- KEYS: per entry (stream, published key) pairs, then the dead-letter stream last
--- ARGV: group, consumer, prefix, then per entry: entry id, dead reason ('' = no dead letter),
---       raw message, delivery count, now (ms), task id
--- Frees the entry's tenant slot; a tenant that was parked at its cap is put back (and the
--- fleet woken).
+-- KEYS: one stream per entry, then the dead-letter stream last
+-- ARGV: group, consumer, prefix, requeue ttl, then per entry: entry id, dead reason ('' = no
+--       dead letter), raw message, delivery count, now (ms), task id, once (1: dead-letter only
+--       if the task has no dead letter yet)
+-- Frees the entry's tenant slot (a tenant parked at its cap is put back, the fleet woken);
+-- deletes the published key naming this entry, and publishes a re-queue that waited for it.
 local group, consumer, prefix = ARGV[1], ARGV[2], ARGV[3]
-local n = (#KEYS - 1) / 2
+local n = #KEYS - 1
 local acked, woke = {}, false
 for i = 1, n do
-  local stream, pub = KEYS[2 * i - 1], KEYS[2 * i]
-  local base = 4 + (i - 1) * 6
-  local id, reason = ARGV[base], ARGV[base + 1]
+  local stream = KEYS[i]
+  local base = 5 + (i - 1) * 7
+  local id, reason, task = ARGV[base], ARGV[base + 1], ARGV[base + 5]
   local p = redis.call('XPENDING', stream, group, id, id, 1)
   if p[1] and p[1][2] == consumer then
     if reason ~= '' then
-      redis.call('XADD', KEYS[#KEYS], '*', 'message', ARGV[base + 2], 'reason', reason,
-        'deliveries', ARGV[base + 3], 'time', ARGV[base + 4], 'stream', stream,
-        'entry', id, 'task_id', ARGV[base + 5], 'consumer', consumer)
+      local index = k_dead_tasks(prefix)
+      if not (ARGV[base + 6] == '1' and task ~= '' and redis.call('HEXISTS', index, task) == 1) then
+        local dead = redis.call('XADD', KEYS[#KEYS], '*', 'message', ARGV[base + 2], 'reason', reason,
+          'deliveries', ARGV[base + 3], 'time', ARGV[base + 4], 'stream', stream,
+          'entry', id, 'task_id', task, 'consumer', consumer)
+        if task ~= '' then redis.call('HSET', index, task, dead) end
+      end
     end
     local t = entry_tenant(stream, id)
     redis.call('XACK', stream, group, id)
     redis.call('XDEL', stream, id)
     if t and free_slot(prefix, stream, id, t) then woke = true end
-    if pub ~= '' and redis.call('GET', pub) == stream .. ' ' .. id then redis.call('DEL', pub) end
+    if task ~= '' then
+      local pub = k_published(prefix, task)
+      if redis.call('GET', pub) == stream .. ' ' .. id then
+        redis.call('DEL', pub)
+        local rq = k_requeue(prefix, task)
+        local msg = redis.call('GET', rq)
+        if msg then
+          redis.call('DEL', rq)
+          local key, nid = backlog_add(prefix, prio_of(stream), t or 'default', task, msg)
+          redis.call('SET', pub, key .. ' ' .. nid)
+          woke = true
+        end
+      end
+    end
     acked[#acked + 1] = 1
   else
     acked[#acked + 1] = 0
@@ -136,9 +171,10 @@ return acked
 _HAND_BACK = (
     GATE_LIB
     + """
--- KEYS: stream, published key; ARGV: group, consumer, entry id, new message json, ttl,
+-- KEYS: stream, published key; ARGV: group, consumer, entry id, new message json, (unused),
 --       prefix, tenant, task id
--- The slot is freed and the task goes to the back of its tenant's backlog.
+-- The slot is freed and the task goes to the back of its tenant's backlog (a re-queue that
+-- waited for this entry is served by it).
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
 if not (p[1] and p[1][2] == ARGV[2]) then return false end
 local prefix = ARGV[6]
@@ -147,7 +183,8 @@ redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 redis.call('XDEL', KEYS[1], ARGV[3])
 if t then free_slot(prefix, KEYS[1], ARGV[3], t) end
 local key, id = backlog_add(prefix, prio_of(KEYS[1]), ARGV[7], ARGV[8], ARGV[4])
-redis.call('SET', KEYS[2], key .. ' ' .. id, 'EX', ARGV[5])
+redis.call('SET', KEYS[2], key .. ' ' .. id)
+redis.call('DEL', k_requeue(prefix, ARGV[8]))
 wake(prefix)
 return id
 """
@@ -199,6 +236,23 @@ return {res[1], out}
 """
 )
 
+_LIVE_ENTRIES = """
+-- ARGV: prefix, task ids. Per task: 1 when its published key names an entry that exists; a key
+-- whose entry is gone (trimmed, lost in a partial restore or a failover) is deleted: 0.
+local out = {}
+for i = 2, #ARGV do
+  local pub = ARGV[1] .. ':published:' .. ARGV[i]
+  local live = redis.call('GET', pub)
+  local found = 0
+  if live then
+    local stream, id = string.match(live, '^(%S+) (%S+)$')
+    if stream and redis.call('XRANGE', stream, id, id)[1] then found = 1 else redis.call('DEL', pub) end
+  end
+  out[#out + 1] = found
+end
+return out
+"""
+
 _REMOVE_CONSUMERS = """
 -- KEYS: stream, then one heartbeat key per consumer; ARGV: group, then the consumer names
 local removed = {}
@@ -224,7 +278,7 @@ class Entry:
     entry_id: str
     raw: str | None  # None when the entry has no ``message`` field
     deliveries: int = 1
-    reclaimed: bool = False  # came by XAUTOCLAIM / start-up takeover, not as new
+    reclaimed: bool = False  # came by XAUTOCLAIM (its owner stopped renewing): takes the task over
 
     @property
     def key(self) -> tuple[str, str]:
@@ -242,6 +296,7 @@ class AckItem:
     raw: str = ""
     deliveries: int = 0
     outcome: Mapping[str, Any] | None = None  # the task's result, when this step ended it (db.results)
+    dead_once: bool = False  # dead-letter only if the task has none yet (its row is dead already)
 
 
 class Streams:
@@ -258,6 +313,7 @@ class Streams:
         self._renew = client.register_script(_RENEW)
         self._reclaim = client.register_script(_RECLAIM)
         self._remove_consumers = client.register_script(_REMOVE_CONSUMERS)
+        self._live_entries = client.register_script(_LIVE_ENTRIES)
 
     # -- group -------------------------------------------------------------------------
     def ensure_group(self) -> None:
@@ -270,9 +326,12 @@ class Streams:
                     raise
 
     # -- publish -----------------------------------------------------------------------
-    def publish_many(self, messages: Sequence[Mapping[str, Any]], *, chunk: int = 1000) -> list[str | None]:
+    def publish_many(
+        self, messages: Sequence[Mapping[str, Any]], *, chunk: int = 1000, requeue: bool = False
+    ) -> list[str | None]:
         """Publish each message into its tenant's backlog at its priority; None where the task
-        already has a live entry. The fleet is woken once per chunk.
+        already has a live entry ("deferred" with ``requeue`` where that entry is being
+        processed: its ack publishes this message). The fleet is woken once per chunk.
 
         Pipelined: one round trip per ``chunk`` messages. Raises a Redis error if Redis refuses.
         """
@@ -280,7 +339,7 @@ class Streams:
         for start in range(0, len(messages), chunk):
             pipe = self.client.pipeline(transaction=False)
             for msg in messages[start : start + chunk]:
-                self._publish_one(msg, wake=False, client=pipe)
+                self._publish_one(msg, wake=False, client=pipe, requeue=requeue)
             self._wake(keys=[], args=[self.keys.prefix], client=pipe)
             out.extend(pipe.execute()[:-1])
         return out
@@ -289,20 +348,21 @@ class Streams:
         """Publish one message (guarded by the task's published key) and wake the fleet."""
         return self._publish_one(message, wake=True, client=self.client)
 
-    def _publish_one(self, msg: Mapping[str, Any], *, wake: bool, client: Any) -> Any:
+    def _publish_one(self, msg: Mapping[str, Any], *, wake: bool, client: Any, requeue: bool = False) -> Any:
         priority = int(msg.get("priority", 0))
         self.keys.queue(priority)  # refuses a priority outside the contract
         task_id = str(msg["id"])
         return self._publish(
-            keys=[self.keys.published(task_id)],
+            keys=[],
             args=[
                 self.keys.prefix,
                 priority,
                 tenant_of(msg),
                 task_id,
                 encode_message(msg),
-                PUBLISHED_TTL_S,
                 1 if wake else 0,
+                1 if requeue else 0,
+                REQUEUE_TTL_S,
             ],
             client=client,
         )
@@ -313,11 +373,19 @@ class Streams:
         if not items:
             return []
         keys: list[str] = []
-        args: list[Any] = [self.keys.group, consumer, self.keys.prefix]
+        args: list[Any] = [self.keys.group, consumer, self.keys.prefix, REQUEUE_TTL_S]
         now = int(time.time() * 1000)
         for item in items:
-            keys += [item.stream, self.keys.published(item.task_id) if item.task_id else ""]
-            args += [item.entry_id, item.dead_reason, item.raw, item.deliveries, now, item.task_id]
+            keys.append(item.stream)
+            args += [
+                item.entry_id,
+                item.dead_reason,
+                item.raw,
+                item.deliveries,
+                now,
+                item.task_id,
+                1 if item.dead_once else 0,
+            ]
         keys.append(self.keys.dead)
         return [bool(x) for x in self._ack(keys=keys, args=args)]
 
@@ -332,7 +400,7 @@ class Streams:
                 consumer,
                 entry_id,
                 encode_message(message),
-                PUBLISHED_TTL_S,
+                0,
                 self.keys.prefix,
                 tenant_of(message),
                 task_id,
@@ -369,6 +437,16 @@ class Streams:
             for eid, n, fields in found
         ]
         return str(cursor), entries
+
+    def live_entries(self, task_ids: Sequence[str]) -> list[bool]:
+        """Per task: whether its published key names an entry that still exists (a key whose
+        entry is gone is deleted, so the reconciler can publish the task again)."""
+        out: list[bool] = []
+        for start in range(0, len(task_ids), 1000):
+            chunk = list(task_ids[start : start + 1000])
+            if chunk:
+                out += [bool(x) for x in self._live_entries(keys=[], args=[self.keys.prefix, *chunk])]
+        return out
 
     def remove_consumers(self, stream: str, names: Sequence[str]) -> list[str]:
         """Remove from the group those of ``names`` that have no pending entry on ``stream`` and

@@ -8,7 +8,7 @@ import time
 import trio
 
 from db.database import RETRYABLE_DB_ERRORS
-from db.keys import Keys
+from db.keys import Keys, cancels
 from db.models import Task
 from db.streams import RETRYABLE_REDIS_ERRORS
 from executor.book import STOP_CANCELLED, Book
@@ -48,15 +48,16 @@ class CancelWatcher:
                 await self.check_rows()
 
     async def check_keys(self) -> None:
-        ids = self.book.running_ids()
+        attempts = {tid: run.claimed.attempt for tid, run in self.book.running.items()}
+        ids = list(attempts)
         names = [self.keys.cancel(t) for t in ids]
         try:
             values = await self.limiters.redis(self.client.mget, names)  # type: ignore[attr-defined]
         except RETRYABLE_REDIS_ERRORS:
             return  # the read loop reports outages
         for tid, value in zip(ids, values, strict=True):
-            if value is not None:
-                self.book.stop(tid, STOP_CANCELLED)
+            if cancels(value, attempts[tid]):
+                self.book.stop(tid, STOP_CANCELLED, attempts[tid])
 
     async def check_rows(self) -> None:
         # a run whose claim is still committing would read its row as it was before the claim

@@ -110,12 +110,14 @@ class ClaimPlan:
         reason: str,
         deliveries: int = 0,
         outcome: dict[str, Any] | None = None,
+        *,
+        once: bool = False,
     ) -> None:
         raw = entry.raw or ""
         if len(raw) > MAX_MESSAGE_BYTES:
             raw = raw[:MAX_MESSAGE_BYTES]
         item = AckItem(
-            entry.stream, entry.entry_id, task_id, reason, raw, deliveries or entry.deliveries, outcome
+            entry.stream, entry.entry_id, task_id, reason, raw, deliveries or entry.deliveries, outcome, once
         )
         self.acks.append(item)
         self.notes.append(
@@ -179,12 +181,17 @@ def fetch_rows(
     return out
 
 
-def validate_and_claim(entries: Sequence[Entry], rules: ClaimRules) -> ClaimPlan:
+class OwnTransactionNeeded(Exception):
+    """A batch holds a task to bury: the caller validates it again outside its transaction."""
+
+
+def validate_and_claim(entries: Sequence[Entry], rules: ClaimRules, *, nested: bool = False) -> ClaimPlan:
     """Decide every entry of a batch on one connection: one SELECT validates, one UPDATE claims
     (fenced by the attempt each row had in the SELECT, so a change in between makes it miss,
     never overwrite); rows made ``dead`` are written in a transaction (or savepoint) of their
     own. The collector's hot path calls it inside a transaction it commits itself (see
-    ``Collector.read_and_claim``); elsewhere it runs with autocommit."""
+    ``Collector.read_and_claim``) with ``nested``: a batch with a task to bury raises
+    :class:`OwnTransactionNeeded` there; elsewhere it runs with autocommit."""
     plan = ClaimPlan()
     good: list[tuple[Entry, dict[str, Any]]] = []
     for entry in entries:
@@ -207,6 +214,8 @@ def validate_and_claim(entries: Sequence[Entry], rules: ClaimRules) -> ClaimPlan
         extra = {"doc_id": msg.get("doc_id") or "", "entry": entry.entry_id}
         if kind == "ack":
             plan.ack(entry, tid, text, extra)
+        elif kind == "dead":
+            plan.dead(entry, tid, text, max(entry.deliveries, int(rows[tid][0].get("handback_count") or 0)), once=True)
         elif kind == "bury":
             to_bury.append((entry, msg, text))
         elif kind == "defer":
@@ -216,6 +225,11 @@ def validate_and_claim(entries: Sequence[Entry], rules: ClaimRules) -> ClaimPlan
             to_hold.append((entry, msg, text, rule))
         else:
             to_claim.append((entry, msg, text))
+    if to_bury and nested:
+        # A bury locks documents, then recomputes them: inside the caller's transaction its
+        # reads would see the snapshot the validation read took (LIFECYCLE "Finish": lock
+        # first). The caller rolls back and validates this batch again on a fresh connection.
+        raise OwnTransactionNeeded
     _bury(to_bury, rows, plan)
     to_claim += _hold(to_hold, rows, plan)
     _claim(to_claim, rows, rules.consumer, plan)
@@ -243,6 +257,8 @@ def _judge(
         return "ack", "no task row with this id"
     row = found[0]
     status = row["status"]
+    if status == DEAD:  # a dead row always has its dead letter: this entry's, unless one exists
+        return "dead", _last_line(row.get("progress_msg") or "") or "task is dead"
     if status in TERMINAL_STATES:
         return "ack", f"task already {status}"
     if status == HELD:

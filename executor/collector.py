@@ -19,7 +19,7 @@ from db.gate import Gate
 from db.keys import Keys
 from db.streams import BLOCK_MS_MAX, RETRYABLE_REDIS_ERRORS, Entry, Streams, decode_entry
 from executor.book import STOP_LOST, Book, Claimed
-from executor.claim import ClaimPlan, ClaimRules, validate_and_claim
+from executor.claim import ClaimPlan, ClaimRules, OwnTransactionNeeded, validate_and_claim
 from executor.context import Limiters
 from executor.finisher import Finisher
 from executor.metrics import NO_METRICS
@@ -34,19 +34,35 @@ DEFER_RECHECK_S = 2.0  # how soon a deferred entry is looked at again
 DISPATCH_ROUNDS_MAX = 8  # dispatch calls in a row while at-cap tenants are being parked
 
 # For entries pending under this consumer: their fields, only while still pending and ours.
+# XCLAIM to ourselves (no JUSTID) counts the re-read as a delivery, so the cap bounds it.
 _OWN_ENTRIES = """
 local out = {}
 for i = 1, #ARGV - 2 do
   local id = ARGV[i + 2]
   local p = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1)
   if p[1] and p[1][2] == ARGV[2] then
-    local e = redis.call('XRANGE', KEYS[1], id, id)
-    if e[1] then out[i] = {id, p[1][4], e[1][2]} else out[i] = {id, p[1][4], false} end
+    local e = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id)
+    local n = p[1][4] + 1
+    if e[1] then out[i] = {id, n, e[1][2]} else out[i] = {id, n, false} end
   else
     out[i] = false
   end
 end
 return out
+"""
+
+# The start-up takeover: the next own pending entry after ARGV[3] with its delivery count, read
+# (and counted) in one step, so no delivery is missed between the two.
+_NEXT_OWN = """
+local low = '-'
+if ARGV[3] ~= '0' then low = '(' .. ARGV[3] end
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], low, '+', 1, ARGV[2])
+if not p[1] then return false end
+local id = p[1][1]
+local e = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, id)
+local fields = false
+if e[1] then fields = e[1][2] end
+return {id, p[1][4] + 1, fields}
 """
 
 
@@ -106,6 +122,7 @@ class Collector:
         self.redis_outage, self.db_outage = outages
         self.reader = read_client(settings.redis_url)
         self._own = streams.client.register_script(_OWN_ENTRIES)
+        self._next_own = self.reader.register_script(_NEXT_OWN)
         self.gate = Gate(self.reader, self.keys)
         self._last_wake = "0-0"  # the newest wake-up seen by the last dispatch
         self._reader_id: int | None = None
@@ -203,9 +220,11 @@ class Collector:
         plan, started = None, False
         try:
             with connection() as db, db.atomic():
-                plan = validate_and_claim(entries, rules)
+                plan = validate_and_claim(entries, rules, nested=True)
                 trio.from_thread.run_sync(self._start, entries, plan, handed)
                 started = True
+        except OwnTransactionNeeded:  # rolled back: the trio side validates the batch again
+            return entries, None, "unstarted", None
         except (*RETRYABLE_DB_ERRORS, *RETRYABLE_REDIS_ERRORS) as exc:
             return entries, plan, "failed" if started else "unstarted", exc
         return entries, plan, "committed", None
@@ -267,36 +286,38 @@ class Collector:
                 return out
         return []
 
-    def read_own(self, stream: str, after: str, count: int) -> list[Entry]:
-        """Own pending entries after ``after``: delivery counts (XPENDING), then contents (id)."""
-        low = "-" if after == "0" else f"({after}"
-        pend = self.reader.xpending_range(
-            stream, self.keys.group, low, "+", count, consumername=self.consumer
-        )
-        counts = {p["message_id"]: int(p["times_delivered"]) for p in pend}
-        resp = self.reader.xreadgroup(self.keys.group, self.consumer, {stream: after}, count=count)
-        return [
-            decode_entry(s, eid, fields, deliveries=counts.get(eid, 0) + 1, reclaimed=True)
-            for s, items in resp or []
-            for eid, fields in items
-        ]
+    def read_own(self, stream: str, after: str, count: int = 1) -> list[Entry]:
+        """The next own pending entry after ``after`` (``count`` is 1: the takeover reads them one
+        at a time), with its delivery count, this read included (one script: nothing between).
+        It passes the live-owner check like a new entry: a row running under this name is this
+        name's previous life's and is taken over; one running under another live executor was
+        claimed through another entry, and this one is a duplicate."""
+        found = self._next_own(keys=[stream], args=[self.keys.group, self.consumer, after])
+        if not found:
+            return []
+        eid, deliveries, fields = found
+        return [decode_entry(stream, eid, _pairs(fields), deliveries=int(deliveries))]
 
-    def find_orphans(self) -> list[Entry]:
-        """Entries pending under this consumer that this process does not hold."""
+    def find_orphans(self, limit: int = ORPHAN_SCAN_MAX) -> list[Entry]:
+        """Entries pending under this consumer that this process does not hold, no more than
+        ``limit`` (the free slots). Each re-read counts as a delivery, and an orphan passes the
+        same live-owner check as a new entry (``reclaimed`` False): a task with two live entries
+        (its published key lost while an entry lived) can no longer flip between owners."""
         out: list[Entry] = []
         for stream in self.keys.queues:
+            if len(out) >= limit:
+                break
             pend = self.reader.xpending_range(
                 stream, self.keys.group, "-", "+", ORPHAN_SCAN_MAX, consumername=self.consumer
             )
             ids = [p["message_id"] for p in pend if (stream, p["message_id"]) not in self.book.entries]
+            ids = ids[: limit - len(out)]
             if not ids:
                 continue
             for found in self._own(keys=[stream], args=[self.keys.group, self.consumer, *ids]):
                 if found:
                     eid, count, fields = found
-                    out.append(
-                        decode_entry(stream, eid, _pairs(fields), deliveries=int(count), reclaimed=True)
-                    )
+                    out.append(decode_entry(stream, eid, _pairs(fields), deliveries=int(count)))
         return out
 
     # -- take-over, orphans, dispatch --------------------------------------------------------
@@ -339,7 +360,10 @@ class Collector:
 
     async def recover_orphans(self) -> None:
         self._last_orphan_check = time.monotonic()
-        entries = await self._redis(self.find_orphans)
+        free = self.book.free
+        if free <= 0:
+            return
+        entries = await self._redis(self.find_orphans, free)
         if entries:
             log.warning("found %d entries pending under this consumer that it did not hold", len(entries))
             await self.dispatch(entries)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import signal
 import uuid
@@ -92,13 +93,25 @@ class Daemon:
         self._stop = trio.Event()
         self._grace: trio.CancelScope | None = None
         self._hurry = False
+        self._voluntary = False  # a recycle: running tasks finish, no grace period
         self._nursery: trio.Nursery | None = None
         self._heartbeat_claimed = False
 
     # -- control -----------------------------------------------------------------------------
-    def request_stop(self, *, hurry: bool = False) -> None:
+    def request_stop(self, *, hurry: bool = False, voluntary: bool = False) -> None:
         """Stop reading, let running tasks finish within the grace period, hand back the rest.
-        ``hurry`` skips what is left of the grace period."""
+        ``hurry`` skips what is left of the grace period. ``voluntary`` (recycling) lets running
+        tasks finish however long they take (their task timeout bounds them): a hand-back counts
+        toward the delivery cap, and a recycling fleet must not bury its long tasks. A stop
+        asked for later (SIGTERM) gives them the usual grace from then on."""
+        if voluntary:
+            if not self._stop.is_set():
+                self._voluntary = True
+                self._stop.set()
+            return
+        if self._voluntary and self._grace is not None:
+            self._grace.deadline = min(self._grace.deadline, trio.current_time() + self.settings.shutdown_grace_s)
+        self._voluntary = False
         self._stop.set()
         if hurry:
             self._hurry = True
@@ -237,7 +250,7 @@ class Daemon:
             s.max_tasks_per_child,
             s.max_rss_mb,
             self.counters,
-            self.request_stop,
+            functools.partial(self.request_stop, voluntary=True),
             changed=self.book.wait_changed,
         )
 
@@ -256,7 +269,9 @@ class Daemon:
             self.progress, self.limiters, self.settings.progress_interval_s, self.db_outage, self._on_lost
         )
         self.flusher = flusher
-        nursery.start_soon(self.heartbeat.run, self.limiters, self.redis_outage, self.figures)
+        nursery.start_soon(
+            self.heartbeat.run, self.limiters, self.redis_outage, self.figures, self._name_lost
+        )
         nursery.start_soon(flusher.run)
         nursery.start_soon(self.finisher.run)
         nursery.start_soon(CancelWatcher(self.book, self.limiters, self.redis, self.keys).run)
@@ -283,6 +298,11 @@ class Daemon:
         assert self._nursery is not None
         self._nursery.start_soon(fn, *args)
 
+    def _name_lost(self) -> None:
+        """Another process holds this consumer name: stop at once, handing back what runs."""
+        self._heartbeat_claimed = False  # the key is the other process's now: not ours to delete
+        self.request_stop(hurry=True)
+
     def _on_lost(self, task_id: str, reason: str, attempt: int) -> None:
         self.book.stop(task_id, reason, attempt)
 
@@ -304,8 +324,12 @@ class Daemon:
     # -- shutdown ----------------------------------------------------------------------------------
     async def _shutdown(self, collected: trio.Event) -> None:
         self.draining = self.health.draining = True
-        grace = self.settings.shutdown_grace_s
-        log.info("draining: stop reading, %d task(s) running, grace %g s", len(self.book.running), grace)
+        grace = self.settings.task_timeout_s if self._voluntary else self.settings.shutdown_grace_s
+        log.info(
+            "draining: stop reading, %d task(s) running, %s",
+            len(self.book.running),
+            "running tasks finish (recycling)" if self._voluntary else f"grace {grace:g} s",
+        )
         self.collector.stop()
         with trio.move_on_after(0 if self._hurry else grace) as self._grace:  # from the stop request
             await collected.wait()

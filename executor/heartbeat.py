@@ -30,6 +30,20 @@ redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return 1
 """
 
+# A beat: set the key only while it is absent (expired) or this process's; another process
+# that took the name meanwhile keeps it (0).
+_BEAT = """
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local ok, info = pcall(cjson.decode, cur)
+  if not (ok and tostring(info['pid']) == ARGV[1] and tostring(info['instance']) == ARGV[2]) then
+    return 0
+  end
+end
+redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
+return 1
+"""
+
 # Delete the key only if this process wrote it.
 _RELEASE = """
 local cur = redis.call('GET', KEYS[1])
@@ -81,6 +95,7 @@ class Heartbeat:
         self.started_at = time.time()
         self._swap = client.register_script(_SWAP)
         self._release = client.register_script(_RELEASE)
+        self._beat = client.register_script(_BEAT)
 
     @property
     def ttl_ms(self) -> int:
@@ -135,21 +150,39 @@ class Heartbeat:
                     lag += int(group.get("lag") or 0)
         return {"pending": pending, "lag": lag}
 
-    def beat(self, figures: dict[str, Any]) -> None:
+    def beat(self, figures: dict[str, Any]) -> bool:
+        """Renew the heartbeat; False when another process holds this name now (our key
+        expired while this one stalled, and a new process of the same name took it)."""
         with contextlib.suppress(redis.ResponseError):  # no stream or group yet
             figures = {**figures, **self.stream_figures()}
-        self.client.set(self.key, orjson.dumps(self.payload(figures)), px=self.ttl_ms)
+        body = orjson.dumps(self.payload(figures)).decode()
+        return bool(self._beat(keys=[self.key], args=[str(os.getpid()), self.instance, body, self.ttl_ms]))
 
     def release(self) -> None:
         self._release(keys=[self.key], args=[str(os.getpid()), self.instance])
 
-    async def run(self, limiters: Limiters, outage: Outage, figures: Callable[[], dict[str, Any]]) -> None:
+    async def run(
+        self,
+        limiters: Limiters,
+        outage: Outage,
+        figures: Callable[[], dict[str, Any]],
+        name_lost: Callable[[], None] = lambda: None,
+    ) -> None:
         while True:
             await trio.sleep(self.settings.heartbeat_s)
             try:
-                await limiters.redis(self.beat, figures())
+                kept = await limiters.redis(self.beat, figures())
             except RETRYABLE_REDIS_ERRORS as exc:
                 outage.failed(exc)
+                continue
+            if not kept:
+                log.error(
+                    "consumer name %r was taken by another process while this one stalled; "
+                    "stopping (two processes must never share a name)",
+                    self.consumer,
+                )
+                name_lost()
+                return
 
 
 def _loads(text: str) -> dict[str, Any]:

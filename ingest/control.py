@@ -20,7 +20,6 @@ from db.models import (
     CANCELLED,
     DEAD,
     FAILED,
-    QUEUED,
     UNFINISHED_STATES,
     Chunk,
     Document,
@@ -33,6 +32,7 @@ from ingest.documents import lock_documents, recompute_documents
 from ingest.errors import NotFound
 from ingest.lines import appended
 from ingest.publish import publish_messages, send_cancels, task_message
+from ingest.requeue import requeue_rows
 from ingest.storage import open_storage
 
 BATCH = 1000
@@ -141,7 +141,9 @@ def ended_rows(task_ids: Sequence[str]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for batch in _batches(list(task_ids)):
         rows += list(
-            Task.select(Task.id, Task.doc_id, Task.tenant_id, Task.task_type).where(Task.id.in_(batch)).dicts()
+            Task.select(Task.id, Task.doc_id, Task.tenant_id, Task.task_type, Task.attempt)
+            .where(Task.id.in_(batch))
+            .dicts()
         )
     return rows
 
@@ -161,14 +163,16 @@ def cancel(settings: Settings, id_: str, *, tenant_id: str | None = None) -> Can
     """Cancel a task, or every unfinished task of a document: rows first, then cancel keys (and
     each cancelled task's result). With ``tenant_id``, only that tenant's task or document."""
     init_database(settings.db_url)
-    with unit():
+    with unit():  # which rows, read apart: the write below locks its documents before it reads
         task, doc = _task_or_document(id_, tenant_id)
-        if task is not None:
-            target, doc_ids, candidates = "task", [task.doc_id] if task.doc_id else [], [task.id]
-        else:
-            assert doc is not None
-            target, doc_ids, candidates = "document", [doc.id], unfinished_task_ids([doc.id])
+    if task is not None:
+        target, doc_ids = "task", [task.doc_id] if task.doc_id else []
+    else:
+        assert doc is not None
+        target, doc_ids = "document", [doc.id]
+    with unit():
         lock_documents(doc_ids)
+        candidates = [task.id] if task is not None else unfinished_task_ids(doc_ids)
         cancelled = cancel_task_rows(candidates, "cancelled by request")
         recompute_documents(doc_ids)
         ended = ended_rows(cancelled)
@@ -189,17 +193,20 @@ def retry(
         raise ValueError("retry takes a task or document id, or failed=True, not both")
     init_database(settings.db_url)
     skipped: list[tuple[str, str]] = []
-    with unit():
+    with unit():  # which rows, read apart: the write below locks its documents before it reads
         if failed:
             candidates = _failed_of_current_generations()
         else:
             assert id_ is not None
             candidates = _retry_candidates(id_, skipped, tenant_id)
         doc_ids = sorted({d for _, d in candidates if d})
+    with unit():
         lock_documents(doc_ids)
-        rows = _requeue_rows([tid for tid, _ in candidates])
+        rows = requeue_rows(
+            [tid for tid, _ in candidates], RETRYABLE_STATES, lambda _: "re-queued by retry", retried=True
+        )
         recompute_documents(doc_ids)
-    published = publish_messages(settings, [task_message(r) for r in rows])
+    published = publish_messages(settings, [task_message(r) for r in rows], requeue=True)
     return RetryResult(task_ids=[r["id"] for r in rows], published=published.sent, skipped=skipped)
 
 
@@ -249,36 +256,6 @@ def _failed_of_current_generations() -> list[tuple[str, str]]:
         )
     )
     return list(query.tuples())
-
-
-def _requeue_rows(task_ids: Sequence[str]) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    for batch in _batches(sorted(set(task_ids))):
-        live = [
-            tid
-            for (tid,) in lock_for_update(
-                Task.select(Task.id).where(Task.id.in_(batch) & Task.status.in_(RETRYABLE_STATES))
-            ).tuples()
-        ]
-        if not live:
-            continue
-        Task.update(
-            status=QUEUED,
-            progress=0.0,
-            retry_count=Task.retry_count + 1,
-            owner="",
-            chunk_ids="",
-            begin_at=None,
-            process_duration=0.0,
-            progress_msg=appended(Task.progress_msg, "re-queued by retry"),
-            update_time=now_ms(),
-        ).where(Task.id.in_(live)).execute()
-        rows += list(
-            Task.select(Task.id, Task.doc_id, Task.task_type, Task.priority, Task.kb_id, Task.tenant_id, Task.payload)
-            .where(Task.id.in_(live))
-            .dicts()
-        )
-    return rows
 
 
 # -- remove ------------------------------------------------------------------------------

@@ -17,14 +17,14 @@ from typing import Any
 import orjson
 
 from db.config import Settings
-from db.database import init_database, lock_for_update, unit
+from db.database import init_database, unit
 from db.keys import Keys
-from db.models import DEAD, QUEUED, Task, now_ms
+from db.models import DEAD, Task, now_ms
 from db.streams import connect
 from ingest.documents import lock_documents, recompute_documents
 from ingest.errors import NotFound
-from ingest.lines import appended
 from ingest.publish import publish_messages, task_message
+from ingest.requeue import requeue_rows
 
 PAGE = 1000
 MESSAGE_SHOWN = 2000  # characters of the original message kept in a listing
@@ -151,13 +151,17 @@ def replay(settings: Settings, entry_ids: Sequence[str] | None = None) -> Replay
         else:
             by_task[d.task_id] = d
     init_database(settings.db_url)
+    with unit():  # what the rows are, read apart: the write below locks before it reads
+        found = _found(sorted(by_task))
     with unit():
-        rows = _requeue(by_task, skipped)
+        rows = _requeue(by_task, found, skipped)
     keys = Keys(settings.key_prefix)
     if rows:
         client = connect(settings.redis_url)
         try:
             stamp = now_ms()
+            # a task that dies again gets a dead letter of its own
+            client.hdel(keys.dead_tasks, *[r["id"] for r in rows])
             client.hset(
                 keys.dead_replayed,
                 mapping={
@@ -167,7 +171,7 @@ def replay(settings: Settings, entry_ids: Sequence[str] | None = None) -> Replay
             )
         finally:
             client.close()
-    published = publish_messages(settings, [task_message(r) for r in rows]) if rows else None
+    published = publish_messages(settings, [task_message(r) for r in rows], requeue=True) if rows else None
     return ReplayResult(
         replayed=[(by_task[r["id"]].id, r["id"]) for r in rows],
         published=published.sent if published else 0,
@@ -175,14 +179,18 @@ def replay(settings: Settings, entry_ids: Sequence[str] | None = None) -> Replay
     )
 
 
-def _requeue(by_task: dict[str, DeadLetter], skipped: list[tuple[str, str]]) -> list[dict[str, Any]]:
-    """Inside a transaction: ``dead`` rows → ``queued`` (attempt kept); returns their rows."""
+def _found(ids: list[str]) -> dict[str, dict[str, Any]]:
+    return {r["id"]: r for r in Task.select(Task.id, Task.doc_id, Task.status).where(Task.id.in_(ids)).dicts()}
+
+
+def _requeue(
+    by_task: dict[str, DeadLetter], found: dict[str, dict[str, Any]], skipped: list[tuple[str, str]]
+) -> list[dict[str, Any]]:
+    """Inside a transaction whose first statement locks the documents (so the recompute reads
+    what is committed now, not an older snapshot): ``dead`` rows → ``queued`` (attempt kept)."""
     if not by_task:
         return []
     ids = sorted(by_task)
-    found = {
-        r["id"]: r for r in Task.select(Task.id, Task.doc_id, Task.status).where(Task.id.in_(ids)).dicts()
-    }
     for tid in ids:
         if tid not in found:
             skipped.append((by_task[tid].id, f"no task row {tid}"))
@@ -192,31 +200,14 @@ def _requeue(by_task: dict[str, DeadLetter], skipped: list[tuple[str, str]]) -> 
             )
     doc_ids = sorted({r["doc_id"] for r in found.values() if r["doc_id"] and r["status"] == DEAD})
     lock_documents(doc_ids)
-    live = [
-        tid
-        for (tid,) in lock_for_update(
-            Task.select(Task.id).where(Task.id.in_([t for t in ids if t in found]) & (Task.status == DEAD))
-        ).tuples()
-    ]
-    if not live:
-        return []
-    for tid in live:
-        Task.update(
-            status=QUEUED,
-            progress=0.0,
-            owner="",
-            handback_count=0,
-            progress_msg=appended(Task.progress_msg, f"re-queued by dead replay of entry {by_task[tid].id}"),
-            update_time=now_ms(),
-        ).where((Task.id == tid) & (Task.status == DEAD)).execute()
-    recompute_documents(doc_ids)
-    return list(
-        Task.select(
-            Task.id, Task.doc_id, Task.task_type, Task.priority, Task.kb_id, Task.tenant_id, Task.payload
-        )
-        .where(Task.id.in_(live))
-        .dicts()
+    rows = requeue_rows(
+        [t for t in ids if t in found],
+        (DEAD,),
+        lambda tid: f"re-queued by dead replay of entry {by_task[tid].id}",
+        retried=False,
     )
+    recompute_documents(doc_ids)
+    return rows
 
 
 def purge(settings: Settings, older_than_s: float) -> PurgeResult:
@@ -231,6 +222,9 @@ def purge(settings: Settings, older_than_s: float) -> PurgeResult:
         marks = [eid for eid in client.hkeys(keys.dead_replayed) if _ms_of(eid) < cutoff]
         for start in range(0, len(marks), PAGE):
             client.hdel(keys.dead_replayed, *marks[start : start + PAGE])
+        gone = [t for t, eid in client.hgetall(keys.dead_tasks).items() if _ms_of(eid) < cutoff]
+        for start in range(0, len(gone), PAGE):
+            client.hdel(keys.dead_tasks, *gone[start : start + PAGE])
     finally:
         client.close()
     return PurgeResult(removed=removed, older_than_s=older_than_s)

@@ -15,7 +15,7 @@ from typing import Any
 import redis
 
 from db.config import Settings
-from db.keys import Keys
+from db.keys import CANCEL_ANY, Keys
 from db.models import CANCELLED, now_ms
 from db.results import Announcement, Results, result_record
 from db.streams import Streams, connect
@@ -50,17 +50,21 @@ def send_cancels(
     settings: Settings, task_ids: Sequence[str], ended: Sequence[Mapping[str, Any]] = ()
 ) -> None:
     """Set ``cancel:{task}`` (expiring after the task timeout) for each task; rows go first.
-    ``ended`` are the rows this cancel made terminal: each gets its result and completion event."""
+    ``ended`` are the rows this cancel made terminal: each gets its result and completion event,
+    and its cancel request names the attempt it had (a later attempt is never stopped by it);
+    a task without its row here (removed) is cancelled whatever its attempt."""
     if not task_ids:
         return
     keys = Keys(settings.key_prefix)
     ttl = max(1, int(settings.task_timeout_s))
+    attempts = {str(r["id"]): r.get("attempt") for r in ended}
     client = connect(settings.redis_url)
     try:
         for chunk in _chunks(task_ids):
             pipe = client.pipeline(transaction=False)
             for tid in chunk:
-                pipe.set(keys.cancel(tid), "1", ex=ttl)
+                attempt = attempts.get(tid)
+                pipe.set(keys.cancel(tid), CANCEL_ANY if attempt is None else str(int(attempt)), ex=ttl)
             pipe.execute()
         announce_ends(settings, client, ended, CANCELLED, "cancelled")
     except redis.RedisError as exc:
@@ -107,9 +111,11 @@ def publish_messages(
     *,
     cancel_ids: Sequence[str] = (),
     ended: Sequence[Mapping[str, Any]] = (),
+    requeue: bool = False,
 ) -> Published:
     """Send cancel requests for ``cancel_ids`` (``ended``: their rows, for their results), then
-    one message per task.
+    one message per task. With ``requeue`` (rows re-queued from a terminal state), a task whose
+    previous entry is still being processed gets its message published by that entry's ack.
 
     A task being published gets any stale cancel request and result of its id removed first (an
     id can come back: a retried task, a document submitted again after ``rm``).
@@ -125,7 +131,7 @@ def publish_messages(
             ids_ = [str(m["id"]) for m in chunk]
             # a task published again starts afresh: no old cancel request, no old result
             client.delete(*[keys.cancel(t) for t in ids_], *[keys.result(t) for t in ids_])
-            for result in streams.publish_many(chunk, chunk=CHUNK):
+            for result in streams.publish_many(chunk, chunk=CHUNK, requeue=requeue):
                 if result is None:
                     live += 1
                 else:

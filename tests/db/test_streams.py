@@ -22,7 +22,7 @@ def test_publish_is_guarded_by_the_published_key(streams, rclient, keys):
     ids = streams.publish_many(msgs)
     assert ids[0] and ids[1] and ids[2] is None
     assert rclient.xlen(keys.backlog(0, "default")) == 1 and rclient.xlen(keys.backlog(1, "default")) == 1
-    assert 0 < rclient.ttl(keys.published("a")) <= 7 * 86400
+    assert rclient.ttl(keys.published("a")) == -1  # it lives exactly as long as its entry
 
 
 def test_ack_checks_owner_then_acks_deletes_and_clears_published(streams, rclient, keys):
@@ -76,3 +76,40 @@ def test_ack_of_many_entries_in_one_call_reads_each_entry_s_arguments(streams, r
     assert not any(rclient.exists(keys.published(t)) for t in ("a", "b", "c"))
     [(_, dead)] = rclient.xrange(keys.dead)
     assert dead["task_id"] == "b" and dead["reason"] == "bad" and dead["deliveries"] == "2"
+
+
+def test_hole17_5_a_dead_letter_without_a_task_id_passes_no_empty_key_an_acl_user_refuses(
+    settings, streams, rclient, keys
+):
+    """Acking the dead letter of a message that names no task passed '' as a key: an ACL user
+    confined to the prefix is refused that (NOPERM), and the entry was reclaimed for ever."""
+    import uuid
+
+    import redis
+
+    from db.streams import Streams
+
+    user, password = f"t_{uuid.uuid4().hex[:10]}", uuid.uuid4().hex
+    rclient.execute_command(
+        "ACL", "SETUSER", user, "on", f">{password}", f"~{keys.prefix}:*", f"&{keys.prefix}:*", "+@all"
+    )
+    try:
+        confined = redis.Redis(host="127.0.0.1", port=6379, username=user, password=password, decode_responses=True)
+        mine = Streams(confined, keys)
+        eid = rclient.xadd(keys.queue(0), {"message": "{not json"})
+        rclient.xreadgroup(keys.group, "c1", {keys.queue(0): ">"}, count=1)
+        item = AckItem(keys.queue(0), eid, "", dead_reason="not JSON", raw="{not json", deliveries=1)
+        assert mine.ack("c1", [item]) == [True]
+        assert rclient.xlen(keys.dead) == 1 and rclient.xlen(keys.queue(0)) == 0
+        confined.close()
+    finally:
+        rclient.execute_command("ACL", "DELUSER", user)
+
+
+def test_hole2_a_published_key_whose_entry_is_gone_is_found_and_dropped(streams, rclient, keys):
+    """Issue 12 hole 2: the published key lives as long as its entry (no expiry); when the entry
+    goes without an ack (an operator's XTRIM, a partial restore) the reconciler's check drops it."""
+    streams.publish_many([{"id": "a", "priority": 0}, {"id": "b", "priority": 0}])
+    rclient.xtrim(keys.backlog(0, "default"), maxlen=1, approximate=False)  # a's entry is gone, b's is the newest
+    assert streams.live_entries(["a", "b", "c"]) == [False, True, False]
+    assert not rclient.exists(keys.published("a")) and rclient.exists(keys.published("b"))

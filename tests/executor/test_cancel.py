@@ -44,3 +44,23 @@ async def test_a_cancel_key_alone_stops_the_task_and_the_executor_records_the_ca
         rclient.set(keys.cancel(tid), "1", ex=60)
         await await_until(lambda: row(tid)["status"] == CANCELLED and rclient.xlen(keys.queue(0)) == 0, 5)
     assert row(tid)["progress_msg"].endswith("cancelled") and row(tid)["progress"] == -1
+
+
+async def test_hole1_a_stale_cancel_key_never_cancels_a_later_attempt(xsettings, streams, rclient, keys, db):
+    """Issue 12 hole 1: cancel T, retry T, and its publish fails: the reconciler republishes
+    through a path that never clears the cancel key. The cancel names attempt 1; attempt 2 runs."""
+    from ingest.control import cancel
+
+    (tid,) = enqueue(streams, [task_spec("hang")])
+    async with running_daemon(xsettings) as daemon:
+        await await_until(lambda: daemon.statistics().running == 1, 10)
+        cancel(xsettings, tid)  # rows first, then the key naming attempt 1
+        await await_until(lambda: row(tid)["status"] == CANCELLED and daemon.statistics().running == 0, 5)
+        assert rclient.get(keys.cancel(tid)) == "1"
+        with unit():  # a retry's row write, its publish lost
+            Task.update(status="queued", progress=0.0, task_type="sleep", payload={"seconds": 1.5}).where(
+                Task.id == tid
+            ).execute()
+        streams.publish_many([{"id": tid, "task_type": "sleep", "priority": 0}])  # the reconciler's publish
+        await await_until(lambda: row(tid)["status"] == "done", 10)
+    assert row(tid)["attempt"] == 2 and rclient.exists(keys.cancel(tid))  # the old key lived on, harmless

@@ -74,3 +74,20 @@ def test_a_stale_heartbeat_left_by_a_killed_executor_is_taken_over(
         assert "taking over the stale heartbeat" in second.log()
         assert second.stop() == 0
     wait_until(lambda: not rclient.exists(keys.executor("host_1")), 5)
+
+
+async def test_hole9_a_beat_never_overwrites_another_process_that_took_the_name(xsettings, rclient, keys, db):
+    """Issue 12 hole 9: this process stalled past its heartbeat's TTL, another process of the
+    same name took the name; the next beat used to SET over it. Now this one stops instead."""
+    import orjson
+    import trio
+
+    from tests.executor.support import running_daemon
+
+    async with running_daemon(xsettings, "host_1") as daemon:
+        other = {"pid": 1, "instance": "someone-else", "host": "elsewhere"}
+        rclient.set(keys.executor("host_1"), orjson.dumps(other), px=30_000)
+        with trio.fail_after(xsettings.heartbeat_s * 3 + 5):
+            while not daemon.draining:
+                await trio.sleep(0.1)
+    assert orjson.loads(rclient.get(keys.executor("host_1")))["instance"] == "someone-else"

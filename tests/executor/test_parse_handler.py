@@ -111,9 +111,19 @@ async def test_a_chunk_size_longer_than_the_model_reads_is_noted_on_the_knowledg
 
 
 async def test_missing_bytes_are_a_permanent_error(settings, env):
+    from ingest.storage import open_storage
+
     rows = add_document(settings, "a.txt", b"text")
-    rows[1]["location"] = "nowhere/at/all"
+    open_storage(settings.storage_url).delete(rows[1]["location"])
     with pytest.raises(PermanentError, match="bytes are missing"):
+        await make_handler(env)(task_context(settings, rows, env.limiters))
+
+
+async def test_a_location_that_is_not_the_document_s_own_is_refused_unread(settings, env):
+    rows = add_document(settings, "a.txt", b"text")
+    other = add_document(settings, "b.txt", b"someone else's")
+    rows[1]["location"] = other[1]["location"]  # a row pointing at another document's bytes
+    with pytest.raises(PermanentError, match="not its own"):
         await make_handler(env)(task_context(settings, rows, env.limiters))
 
 

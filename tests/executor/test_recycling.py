@@ -81,3 +81,19 @@ def test_entrypoint_starts_a_fresh_executor_after_each_recycle(xsettings, stream
     # 6 tasks, 2 a process (a third read while the second ended runs too): at least 2 processes
     assert text.count("started executor cyc_0") >= 2 and "exited cleanly" in text
     assert "restarting in" not in text  # no crash backoff for a clean exit
+
+
+async def test_hole7_a_recycle_lets_a_long_task_finish_instead_of_handing_it_back(xsettings, streams, db):
+    """Issue 12 hole 7: a recycle used the SIGTERM grace, and hand-backs count toward the
+    delivery cap, so a recycling fleet could bury a long task without it ever failing."""
+    from tests.executor.support import row, running_daemon
+
+    s = xsettings.replace(max_tasks_per_child=1, max_concurrent_tasks=2, shutdown_grace_s=0.3)
+    short, long = enqueue(streams, [task_spec("sleep", seconds=0.1), task_spec("sleep", seconds=2.0)])
+    async with running_daemon(s) as daemon:
+        await trio.sleep(0.5)  # the short one ended: the recycle is due, the long one still runs
+        assert daemon.draining and row(long)["status"] == "running"
+        with trio.fail_after(10):
+            while row(long)["status"] != DONE:
+                await trio.sleep(0.1)
+    assert row(long)["handback_count"] == 0 and row(short)["status"] == DONE
