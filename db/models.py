@@ -187,7 +187,8 @@ class Dataflow(BaseModel):
 class MemoryMessage(BaseModel):
     """One conversation message of a memory, with its embedding (``ingest.memory``)."""
 
-    id = peewee.CharField(max_length=32, primary_key=True)  # from memory id + source id
+    id = peewee.CharField(max_length=32, primary_key=True)  # from tenant + memory id + source id
+    tenant_id = peewee.CharField(max_length=64, default="default")  # memory ids are per tenant
     memory_id = peewee.CharField(max_length=64)
     source_id = peewee.CharField(max_length=128)
     role = peewee.CharField(max_length=16)

@@ -92,14 +92,20 @@ def dataflow_id(tenant_id: str, name: str, dsl: Mapping[str, Any]) -> str:
     return _hash("dataflow", tenant_id, name, dict(dsl))
 
 
-def memory_message_id(memory_id: str, source_id: str) -> str:
-    """The row of message ``source_id`` in memory ``memory_id``."""
-    return _hash("memory", memory_id, source_id)
+def memory_message_id(memory_id: str, source_id: str, tenant_id: str = "default") -> str:
+    """The row of message ``source_id`` in tenant ``tenant_id``'s memory ``memory_id`` (memory
+    ids are the tenant's own: two tenants' memories of one name never share a row). The default
+    tenant keeps the ids it had before tenants."""
+    if tenant_id == "default":
+        return _hash("memory", memory_id, source_id)
+    return _hash("memory", tenant_id, memory_id, source_id)
 
 
-def memory_task_id(memory_id: str, source_id: str) -> str:
-    """The task that saves message ``source_id`` into memory ``memory_id``."""
-    return _hash("memory-task", memory_id, source_id)
+def memory_task_id(memory_id: str, source_id: str, tenant_id: str = "default") -> str:
+    """The task that saves message ``source_id`` into tenant ``tenant_id``'s memory ``memory_id``."""
+    if tenant_id == "default":
+        return _hash("memory-task", memory_id, source_id)
+    return _hash("memory-task", tenant_id, memory_id, source_id)
 
 
 def new_id() -> str:

@@ -46,9 +46,8 @@ class MemoryItem:
     position: int | None  # an explicit place in the conversation
     saved_at_us: int | None  # when it was saved (microseconds): the place without a position
 
-    @property
-    def id(self) -> str:
-        return ids.memory_message_id(self.memory_id, self.source_id)
+    def id_for(self, tenant_id: str) -> str:
+        return ids.memory_message_id(self.memory_id, self.source_id, tenant_id)
 
 
 @dataclass(frozen=True)
@@ -106,7 +105,7 @@ def memory_task(item: MemoryItem, *, tenant_id: str = "default", priority: int =
     if item.saved_at_us is not None:
         body["saved_at_us"] = item.saved_at_us
     return {
-        "id": ids.memory_task_id(item.memory_id, item.source_id),
+        "id": ids.memory_task_id(item.memory_id, item.source_id, tenant_id),
         "task_type": "memory",
         "tenant_id": tenant_id,
         "priority": priority,
@@ -181,14 +180,19 @@ def save_message(
 # -- store (the ``memory`` handler) ----------------------------------------------------------
 
 
-def store_message(item: MemoryItem, vector: np.ndarray, task_id: str, default_position: int) -> str:
-    """Blocking, one unit of work: upsert the message with its vector; returns its id. A message
-    stored before keeps its place unless this one gives an explicit position."""
+def store_message(
+    item: MemoryItem, vector: np.ndarray, task_id: str, default_position: int, *, tenant_id: str = "default"
+) -> str:
+    """Blocking, one unit of work: upsert the message with its vector into ``tenant_id``'s
+    memory; returns its id. A message stored before keeps its place unless this one gives an
+    explicit position."""
     import numpy as np
 
     now = now_ms()
+    message_id = item.id_for(tenant_id)
     row = {
-        "id": item.id,
+        "id": message_id,
+        "tenant_id": tenant_id,
         "memory_id": item.memory_id,
         "source_id": item.source_id,
         "role": item.role,
@@ -210,14 +214,14 @@ def store_message(item: MemoryItem, vector: np.ndarray, task_id: str, default_po
         else:
             query = query.on_conflict(conflict_target=[MemoryMessage.id], preserve=changed)
         query.execute()
-    return item.id
+    return message_id
 
 
 # -- read (``ingest memory search|show``) ------------------------------------------------------
 
 
-def conversation(settings: Settings, memory_id: str) -> list[dict[str, Any]]:
-    """The messages of ``memory_id`` in conversation order."""
+def conversation(settings: Settings, memory_id: str, *, tenant_id: str = "default") -> list[dict[str, Any]]:
+    """The messages of ``tenant_id``'s memory ``memory_id`` in conversation order."""
     init_database(settings.db_url)
     with connection():
         query = (
@@ -228,29 +232,35 @@ def conversation(settings: Settings, memory_id: str) -> list[dict[str, Any]]:
                 MemoryMessage.position,
                 MemoryMessage.create_time,
             )
-            .where(MemoryMessage.memory_id == memory_id)
+            .where((MemoryMessage.memory_id == memory_id) & (MemoryMessage.tenant_id == tenant_id))
             .order_by(MemoryMessage.position, MemoryMessage.create_time, MemoryMessage.id)
         )
         return list(query.dicts())
 
 
 def vector_blocks(
-    memory_id: str, dim: int, block_rows: int = BLOCK_ROWS
+    memory_id: str, dim: int, block_rows: int = BLOCK_ROWS, tenant_id: str = "default"
 ) -> Iterator[tuple[list[str], np.ndarray]]:
     """``(message ids, float32 matrix)`` blocks of a memory's vectors, by id (keyset, on the
     ``(memory_id, id)`` index)."""
     from ingest.search import keyset_vector_blocks
 
     query = MemoryMessage.select(MemoryMessage.id, MemoryMessage.vector).where(
-        MemoryMessage.memory_id == memory_id
+        (MemoryMessage.memory_id == memory_id) & (MemoryMessage.tenant_id == tenant_id)
     )
     return keyset_vector_blocks(query, MemoryMessage.id, dim, block_rows)
 
 
 def search_memory(
-    settings: Settings, memory_id: str, query: str, k: int = 5, *, block_rows: int = BLOCK_ROWS
+    settings: Settings,
+    memory_id: str,
+    query: str,
+    k: int = 5,
+    *,
+    block_rows: int = BLOCK_ROWS,
+    tenant_id: str = "default",
 ) -> list[MemoryHit]:
-    """The ``k`` messages of ``memory_id`` closest in meaning to ``query``, best first."""
+    """The ``k`` messages of ``tenant_id``'s memory ``memory_id`` closest to ``query``, best first."""
     from ingest.embedding import load_embedder
     from ingest.search import top_k
 
@@ -259,7 +269,7 @@ def search_memory(
     init_database(settings.db_url)
     embedder = load_embedder(settings.embedding_model)
     query_vector = embedder.encode([query])[0]
-    top = top_k(vector_blocks(memory_id, embedder.dim, block_rows), query_vector, k)
+    top = top_k(vector_blocks(memory_id, embedder.dim, block_rows, tenant_id), query_vector, k)
     if not top:
         return []
     with connection():

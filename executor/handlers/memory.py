@@ -37,7 +37,12 @@ async def memory_task(ctx: TaskContext, service: EmbeddingService) -> TaskResult
     vectors = await service.embed([item.content])
     ctx.report(0.8, "")
     store = functools.partial(
-        store_message, item, vectors[0], ctx.task_id, int(ctx.row.get("create_time") or 0) * 1000
+        store_message,
+        item,
+        vectors[0],
+        ctx.task_id,
+        int(ctx.row.get("create_time") or 0) * 1000,
+        tenant_id=str(ctx.row.get("tenant_id") or "default"),  # the row's tenant owns the memory
     )
     message_id = await trio.to_thread.run_sync(store, limiter=ctx.limiters.db_limiter)
     return TaskResult(

@@ -47,7 +47,7 @@ def cmd_save(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_search(settings: Settings, args: argparse.Namespace) -> int:
     from ingest.memory import search_memory
 
-    hits = [h.to_dict() for h in search_memory(settings, args.memory, args.query, k=args.k)]
+    hits = [h.to_dict() for h in search_memory(settings, args.memory, args.query, k=args.k, tenant_id=args.tenant)]
     if args.json:
         json_out(hits)
         return EXIT_OK
@@ -63,7 +63,7 @@ def cmd_search(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
     from ingest.memory import conversation
 
-    rows = conversation(settings, args.memory)
+    rows = conversation(settings, args.memory, tenant_id=args.tenant)
     if args.json:
         json_out(rows)
         return EXIT_OK
@@ -89,6 +89,7 @@ def add_verbs(verbs: Any, global_options: GlobalOptions) -> None:
         sub.set_defaults(func=func)
         sub.add_argument("--json", action="store_true", help="print JSON on stdout")
         sub.add_argument("--memory", required=True, metavar="ID", help="the memory (e.g. a conversation id)")
+        sub.add_argument("--tenant", default="default", metavar="ID", help="the memory's tenant")
         global_options(sub, in_verb=True)
         return sub
 
@@ -101,7 +102,6 @@ def add_verbs(verbs: Any, global_options: GlobalOptions) -> None:
         "--source", default=None, metavar="ID", help="the message's id at its source (saved once)"
     )
     sub.add_argument("--position", type=int, default=None, metavar="N", help="its place (default: now)")
-    sub.add_argument("--tenant", default="default", metavar="ID")
     sub.add_argument("--wait", action="store_true", help="wait until it is stored (or failed)")
     sub.add_argument(
         "--timeout", type=float, default=None, metavar="S", help="with --wait: give up after S s"

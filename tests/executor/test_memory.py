@@ -96,3 +96,18 @@ async def test_the_memory_verbs(settings, capsys):
     }
     assert main(["memory", "show", "--memory", "c", *cli_args(settings)]) == 0
     assert "user: My bicycle chain" in capsys.readouterr().out
+
+
+async def test_hole17_5_memory_ids_are_each_tenant_s_own(xsettings, streams, rclient, keys, db):
+    """Issue 17 hole 5: memory ids were global, so a memory task of one tenant could name (and
+    overwrite, and read back) another tenant's memory."""
+    from ingest.memory import conversation, save_message
+    from tests.executor.support import all_in, running_daemon
+    from tests.helpers import await_until
+
+    mine = save_message(xsettings, "chat", "user", "the victim's words", source_id="m1", tenant_id="victim")
+    theirs = save_message(xsettings, "chat", "user", "overwritten!", source_id="m1", tenant_id="attacker")
+    async with running_daemon(xsettings):
+        await await_until(lambda: all_in([mine, theirs], "done"), 30)
+    assert [r["content"] for r in conversation(xsettings, "chat", tenant_id="victim")] == ["the victim's words"]
+    assert [r["content"] for r in conversation(xsettings, "chat", tenant_id="attacker")] == ["overwritten!"]
