@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from ingest.ids import model_identity  # here since it moved to ingest.ids (kept
 
 log = logging.getLogger(__name__)
 WINDOW_BATCHES = 4
+STARVE_AFTER_S = 2.0  # a request not served this long goes first (one batch of its texts a window)
 
 
 def cpu_threads() -> int:
@@ -132,6 +134,7 @@ class _Request:
     error: BaseException | None = None
     abandoned: bool = False
     finished: trio.Event = field(default_factory=trio.Event)
+    served_at: float = field(default_factory=time.monotonic)  # when it last got texts into a batch
 
 
 class EmbeddingService:
@@ -150,6 +153,7 @@ class EmbeddingService:
         self.model = model
         self.batch_size = max(1, batch_size)
         self.window = self.batch_size * max(1, window_batches)
+        self.starve_after_s = STARVE_AFTER_S
         self._limiter = limiter
         self._loader = loader
         self._on_encoded = on_encoded  # called with the number of texts of each encode call
@@ -238,16 +242,33 @@ class EmbeddingService:
         """
         batch: list[tuple[_Request, int, int]] = []
         room = self.window
+        now = time.monotonic()
+        # The wait is bounded: a request that got nothing for STARVE_AFTER_S (a large document
+        # behind a steady stream of small ones) is served first, a batch of its texts a window.
+        starved = [r for r in self._pending if now - r.served_at >= self.starve_after_s]
+        for request in starved:
+            room = self._take(batch, request, min(room, self.batch_size), room, now)
+            if not room:
+                return batch
         for request in sorted(self._pending, key=lambda r: len(r.texts) - r.sent):  # stable: FIFO ties
-            take = min(room, len(request.texts) - request.sent)
-            batch.append((request, request.sent, request.sent + take))
-            request.sent += take
-            room -= take
-            if request.sent >= len(request.texts):
-                self._pending.remove(request)
+            room = self._take(batch, request, room, room, now)
             if not room:
                 break
         return batch
+
+    def _take(
+        self, batch: list[tuple[_Request, int, int]], request: _Request, most: int, room: int, now: float
+    ) -> int:
+        """Up to ``most`` of ``request``'s texts into ``batch``; returns the room left."""
+        take = min(most, len(request.texts) - request.sent)
+        if take <= 0:
+            return room
+        batch.append((request, request.sent, request.sent + take))
+        request.sent += take
+        request.served_at = now
+        if request.sent >= len(request.texts):
+            self._pending.remove(request)
+        return room - take
 
     async def _encode(self, batch: list[tuple[_Request, int, int]]) -> None:
         texts = [t for request, start, end in batch for t in request.texts[start:end]]

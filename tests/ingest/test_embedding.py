@@ -104,3 +104,33 @@ async def test_no_texts_no_encode(embedder):  # noqa: F811
     service = EmbeddingService(embedder.model, batch_size=4, limiter=trio.CapacityLimiter(1))
     assert (await service.embed([])).shape == (0, embedder.dim)
     assert service.statistics().encode_calls == 0
+
+
+async def test_hole9_a_large_request_is_not_starved_by_a_steady_stream_of_small_ones(embedder):  # noqa: F811
+    """Issue 12 hole 9: shortest-remaining-first let small requests pass a large one for ever;
+    now a request that got nothing for ``starve_after_s`` is served first."""
+    service = EmbeddingService(embedder.model, batch_size=3, limiter=trio.CapacityLimiter(1), window_batches=2)
+    service.starve_after_s = 0.2
+    big = [f"long document part {i}" for i in range(12)]
+    first_progress: list[float] = []
+    stream_ended: list[float] = []
+
+    async def small_stream() -> None:
+        async with trio.open_nursery() as inner:
+            deadline = trio.current_time() + 2.0
+            while trio.current_time() < deadline:  # always four small requests waiting
+                while len(service._pending) < 5:
+                    inner.start_soon(service.embed, ["a short note", "another note"])
+                    await trio.lowlevel.checkpoint()
+                await trio.sleep(0.005)
+        stream_ended.append(trio.current_time())
+
+    def progress(done: int, total: int) -> None:
+        if not first_progress:
+            first_progress.append(trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(small_stream)
+        await trio.sleep(0.05)
+        nursery.start_soon(lambda: service.embed(big, on_progress=progress))
+    assert first_progress and stream_ended and first_progress[0] < stream_ended[0]
