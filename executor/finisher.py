@@ -294,6 +294,9 @@ class Finisher:
     def _sort(self, batch: list[Outcome], states: list[str | None]) -> list[_Settled]:
         fresh = []
         for outcome, status in zip(batch, states, strict=True):
+            if outcome.kind == DONE:  # counted once written: a done run may be written as failed
+                written = {DONE: DONE, FAILED: FAILED}.get(status or "", LOST)
+                self.metrics.task_ended(outcome.claimed.task_type, written, outcome.duration_s)
             if status is None:
                 log.info(
                     "run lost its task: nothing written, nothing acked", extra=outcome.claimed.log_extra()

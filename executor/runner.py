@@ -179,8 +179,7 @@ class Runner:
         duration = time.monotonic() - began
         line = result.message or "done"
         self.progress.report(run.claimed.task_id, None, f"{line} ({duration:.2f} s)")
-        self.counters.done += 1
-        self.metrics.task_ended(run.claimed.task_type, DONE, duration)
+        self.counters.done += 1  # the metrics count it once the finisher has written it
         if log.isEnabledFor(logging.INFO):
             log.info("task end: done", extra={**run.claimed.log_extra(), "duration_s": round(duration, 3)})
         outcome = self._outcome(run, DONE, duration, result.chunk_ids)

@@ -84,3 +84,19 @@ async def test_progress_the_database_refuses_is_dropped_while_the_others_are_wri
         await await_until(lambda: not daemon.finisher.backlog, 5)
     assert "step 1 at 0.5" in row(fine)["progress_msg"]
     assert "refuse while running" in row(refused)["progress_msg"]  # written with the terminal state
+
+
+async def test_hole9_a_done_run_written_as_failed_is_counted_failed_in_the_metrics(xsettings, streams, db):
+    """Issue 12 hole 9: the metrics counted a run done when it ended; its outcome was then
+    rewritten as failed (the database refused it) and it stayed counted as done."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    settings = xsettings.replace(extra_handlers=f"{xsettings.extra_handlers},{HANDLERS}", metrics_port=port)
+    (bad,) = enqueue(streams, [task_spec("not_json")])
+    async with running_daemon(settings) as daemon:
+        await await_until(lambda: row(bad)["status"] == FAILED, 15)
+        counts = daemon.metrics._of("not_json").counts
+    assert counts["succeeded"] == 0 and counts["failed"] == 1
