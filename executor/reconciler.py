@@ -165,11 +165,10 @@ class Reconciler:
         return len(rows)
 
     def _without_entry(self, ids: Sequence[str]) -> set[str]:
-        """Those of ``ids`` whose published key is missing (no live stream entry)."""
-        pipe = self.client.pipeline(transaction=False)
-        for tid in ids:
-            pipe.exists(self.keys.published(tid))
-        return {tid for tid, n in zip(ids, pipe.execute(), strict=True) if not n}
+        """Those of ``ids`` with no live stream entry: no published key, or one whose entry is
+        gone without an ack (trimmed, lost in a failover); such a key is dropped in the same
+        step (``Streams.live_entries``), so the published key lives as long as its entry."""
+        return {tid for tid, live in zip(ids, self.streams.live_entries(list(ids)), strict=True) if not live}
 
     def _lost_queued(self, cutoff: int) -> list[dict[str, Any]]:
         with connection():

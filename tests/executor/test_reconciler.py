@@ -78,12 +78,12 @@ async def test_a_running_row_whose_owner_lives_or_whose_entry_lives_is_left_alon
         publish=False,
     )
     rclient.set(keys.executor("busy_1"), "{}", ex=30)
-    rclient.set(keys.published(entry), "somewhere", ex=30)
+    streams.publish_many([{"id": entry, "task_type": "noop", "priority": 0}])  # its entry lives
     _age([alive, entry])
     report = _reconciler(xsettings, streams).reconcile(force=True)
     assert report.republished == [] and report.requeued == []
     assert row(alive)["status"] == RUNNING and row(entry)["status"] == RUNNING
-    rclient.delete(keys.published(entry))
+    rclient.delete(keys.published(entry), keys.backlog(0, "default"))
 
 
 async def test_chunks_of_a_cancelled_task_nobody_runs_are_removed(xsettings, streams, rclient, keys, db):
@@ -158,3 +158,15 @@ async def test_tenant_limits_lost_with_redis_are_mirrored_again_and_the_gate_obe
     report = _reconciler(xsettings, streams).reconcile(force=True)
     assert report.limits_mirrored == 1 and rclient.hget(keys.limits("acme"), "max_running") == "0"
     assert _reconciler(xsettings, streams).reconcile(force=True).limits_mirrored == 0
+
+
+async def test_hole2_a_queued_row_whose_entry_was_trimmed_is_published_again(xsettings, streams, rclient, keys, db):
+    """Issue 12 hole 2: the published key has no expiry now, so one whose entry went without an
+    ack (an operator's XTRIM) must not hide the row from the reconciler for ever."""
+    (tid,) = enqueue(streams, [task_spec("noop")])
+    rclient.xtrim(keys.backlog(0, "default"), maxlen=0, approximate=False)
+    _age([tid])
+    report = _reconciler(xsettings, streams).reconcile(force=True)
+    assert report.republished == [tid] and waiting(rclient, keys) == 1
+    rclient.xtrim(keys.backlog(0, "default"), maxlen=0, approximate=False)
+    rclient.delete(keys.published(tid))
