@@ -129,6 +129,10 @@ def make_database(url: str, *, max_connections: int = 32) -> peewee.Database:
             autoconnect=False,
             pragmas={"journal_mode": "wal", "busy_timeout": 30000, "synchronous": "normal"},
             check_same_thread=False,
+            # Every transaction takes the write lock when it begins. A DEFERRED one that read and
+            # then writes fails at once ("database is locked", the busy timeout does not apply)
+            # when another connection committed after its read; IMMEDIATE waits its turn.
+            lock_type="IMMEDIATE",
         )
     return _MySQLPool(
         parsed.name,
@@ -190,7 +194,11 @@ def is_mysql() -> bool:
 
 @contextlib.contextmanager
 def unit() -> Iterator[peewee.Database]:
-    """One pooled connection and one transaction, for one thread hop."""
+    """One pooled connection and one transaction, for one thread hop.
+
+    On SQLite the transaction begins IMMEDIATE (see :func:`make_database`): units are serialised
+    like writers; a read that needs no transaction can use :func:`connection`.
+    """
     db = database.obj
     if db is None:
         raise RuntimeError("database not initialised: call db.database.init_database(url)")
