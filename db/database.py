@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlparse
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import peewee
 from playhouse.pool import PooledMySQLDatabase, PooledSqliteDatabase
@@ -26,6 +27,18 @@ _current_url: str | None = None
 
 # Errors that mean "the database was unreachable or the connection broke": retry, don't fail.
 RETRYABLE_DB_ERRORS: tuple[type[BaseException], ...] = (peewee.OperationalError, peewee.InterfaceError)
+
+# A database name from a URL: these characters only, at most 64 (MySQL's limit); always backquoted.
+_DATABASE_NAME = re.compile(r"[A-Za-z0-9_$-]{1,64}")
+
+
+def quote_name(name: str) -> str:
+    """``name`` as a backquoted MySQL identifier, after checking it against the allowed set."""
+    if not _DATABASE_NAME.fullmatch(name):
+        raise ValueError(
+            f"database name {name!r}: use at most 64 of the letters A-Z a-z, the digits, '_', '$' and '-'"
+        )
+    return f"`{name}`"
 
 
 @dataclass(frozen=True)
@@ -40,7 +53,7 @@ class DbUrl:
 
     @classmethod
     def parse(cls, url: str) -> DbUrl:
-        parsed = urlparse(url)
+        parsed = urlsplit(url)  # not urlparse: it would cut a ';…' off the path unseen
         if parsed.scheme == "sqlite":
             # The usual rule: what follows "sqlite:///" is the path, so sqlite:///data.db is
             # relative (to the working directory) and sqlite:////var/lib/ingest.db absolute.
@@ -56,6 +69,7 @@ class DbUrl:
             name = parsed.path.lstrip("/")
             if not name:
                 raise ValueError(f"database URL names no database: {url!r}")
+            quote_name(name)  # refuse what could not be a plain identifier
             opts = tuple((k, v[-1]) for k, v in parse_qs(parsed.query).items())
             return cls(
                 kind="mysql",
@@ -77,8 +91,9 @@ def _mysql_kwargs(url: DbUrl) -> dict[str, Any]:
         "user": url.user,
         "password": url.password,
         "charset": "utf8mb4",
-        # A fenced UPDATE must tell whether it matched, not only whether it changed a row.
-        "client_flag": CLIENT.FOUND_ROWS | CLIENT.MULTI_STATEMENTS,
+        # A fenced UPDATE must tell whether it matched, not only whether it changed a row. No
+        # MULTI_STATEMENTS: one query is one statement, whatever text reaches it.
+        "client_flag": CLIENT.FOUND_ROWS,
         "connect_timeout": float(opts.get("connect_timeout", 5)),
         "read_timeout": float(opts.get("read_timeout", 60)),
         "write_timeout": float(opts.get("write_timeout", 60)),
@@ -114,6 +129,10 @@ def make_database(url: str, *, max_connections: int = 32) -> peewee.Database:
             autoconnect=False,
             pragmas={"journal_mode": "wal", "busy_timeout": 30000, "synchronous": "normal"},
             check_same_thread=False,
+            # Every transaction takes the write lock when it begins. A DEFERRED one that read and
+            # then writes fails at once ("database is locked", the busy timeout does not apply)
+            # when another connection committed after its read; IMMEDIATE waits its turn.
+            lock_type="IMMEDIATE",
         )
     return _MySQLPool(
         parsed.name,
@@ -139,7 +158,7 @@ def create_database_if_missing(url: str) -> bool:
             if cur.fetchone():
                 return False
             cur.execute(
-                f"CREATE DATABASE IF NOT EXISTS `{parsed.name}` "
+                f"CREATE DATABASE IF NOT EXISTS {quote_name(parsed.name)} "
                 "CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
             )
             return True
@@ -175,7 +194,11 @@ def is_mysql() -> bool:
 
 @contextlib.contextmanager
 def unit() -> Iterator[peewee.Database]:
-    """One pooled connection and one transaction, for one thread hop."""
+    """One pooled connection and one transaction, for one thread hop.
+
+    On SQLite the transaction begins IMMEDIATE (see :func:`make_database`): units are serialised
+    like writers; a read that needs no transaction can use :func:`connection`.
+    """
     db = database.obj
     if db is None:
         raise RuntimeError("database not initialised: call db.database.init_database(url)")

@@ -154,7 +154,7 @@ class Task(BaseModel):
 class Chunk(BaseModel):
     id = peewee.CharField(max_length=32, primary_key=True)  # from task id + position
     kb_id = peewee.CharField(max_length=32, index=True)
-    doc_id = peewee.CharField(max_length=32, index=True)
+    doc_id = peewee.CharField(max_length=32)  # indexed with generation and token_num (below)
     task_id = peewee.CharField(max_length=32, index=True)
     generation = peewee.IntegerField(default=0)
     position = peewee.IntegerField()
@@ -167,6 +167,9 @@ class Chunk(BaseModel):
 
     class Meta:
         table_name = "chunk"
+        # (doc_id, generation, token_num): a document's chunks; a generation's count and tokens
+        # read from the index alone; older generations found without touching the current one
+        indexes = ((("doc_id", "generation", "token_num"), False),)
 
 
 class Dataflow(BaseModel):

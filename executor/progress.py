@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -17,63 +15,16 @@ from executor.book import STOP_CANCELLED, STOP_LOST
 from executor.context import Limiters
 from executor.outage import Outage
 
+# The line format and its caps are ingest.lines' (the command line writes the same lines);
+# claim, reconciler and finisher take append_line from here.
+from ingest.lines import MAX_BYTES as MAX_BYTES
+from ingest.lines import MAX_LINES as MAX_LINES
+from ingest.lines import Lines
+from ingest.lines import append_line as append_line
+
 log = logging.getLogger("executor.progress")
 
-MAX_LINES = 60
-MAX_BYTES = 8192
-MAX_LINE_CHARS = 1000
 MAX_RUNNING_FRACTION = 0.99  # 1.0 means done; a running task stays below it
-
-
-_clock: tuple[int, str] = (0, "")  # the last second formatted (many lines share one)
-
-
-def _now_text() -> str:
-    global _clock
-    second = int(time.time())
-    if second != _clock[0]:
-        _clock = (second, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second)))
-    return _clock[1]
-
-
-def stamp(msg: str) -> str:
-    """One progress line: local time, then the message (one line, bounded)."""
-    text = " ".join(str(msg).split())
-    if not text.isascii():  # a lone surrogate (text from a broken PDF, say) cannot be stored: "?"
-        text = text.encode("utf-8", "replace").decode("utf-8")
-    if len(text) > MAX_LINE_CHARS:
-        text = text[:MAX_LINE_CHARS] + "…"
-    return f"{_now_text()} {text}"
-
-
-class Lines:
-    """Timestamped lines, capped: the tail is kept (≤ MAX_LINES lines, ≤ MAX_BYTES bytes)."""
-
-    def __init__(self, text: str = "") -> None:
-        self._lines: deque[str] = deque()
-        self._bytes = 0
-        for line in text.splitlines():
-            if line.strip():
-                self._push(line)
-
-    def _push(self, line: str) -> None:
-        self._lines.append(line)
-        self._bytes += len(line.encode()) + 1
-        while self._lines and (len(self._lines) > MAX_LINES or self._bytes > MAX_BYTES):
-            self._bytes -= len(self._lines.popleft().encode()) + 1
-
-    def add(self, msg: str) -> None:
-        self._push(stamp(msg))
-
-    def text(self) -> str:
-        return "\n".join(self._lines)
-
-
-def append_line(text: str, msg: str) -> str:
-    """``text`` with one more timestamped line, capped."""
-    lines = Lines(text)
-    lines.add(msg)
-    return lines.text()
 
 
 @dataclass

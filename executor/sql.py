@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from db.database import database
+from db.database import database, is_mysql
 from db.models import JSONField, Task
 
 TASK_COLUMNS = [f.column_name for f in Task._meta.sorted_fields]
@@ -82,10 +82,21 @@ def fence(ids: Sequence[str], attempts: Sequence[int], status: str) -> tuple[str
 
 
 def update_tasks(sets: Sequence[tuple[str, list[Any]]], where: tuple[str, list[Any]]) -> int:
-    """One ``UPDATE task SET … WHERE …``; returns the rows it matched (CLIENT.FOUND_ROWS)."""
+    """One ``UPDATE task SET … WHERE …`` whose ``where`` names its rows by id (:func:`fence`);
+    returns the rows it matched (CLIENT.FOUND_ROWS).
+
+    By the primary key only: MariaDB would otherwise pick the status index for ``status = ?``
+    and lock the next key of every ``running`` entry it passes, so a claim whose row's new
+    ``running`` entry falls into one of those gaps waits for this transaction (issue 12 #13).
+    """
     text = ", ".join(s for s, _ in sets)
     params = [v for _, vs in sets for v in vs] + where[1]
-    return int(execute(f"UPDATE {Task._meta.table_name} SET {text} WHERE {where[0]}", params).rowcount)
+    return int(execute(f"UPDATE {_task_by_id()} SET {text} WHERE {where[0]}", params).rowcount)
+
+
+def _task_by_id() -> str:
+    """The task table, read through its primary key where the database takes a hint."""
+    return f"{Task._meta.table_name} FORCE INDEX (PRIMARY)" if is_mysql() else Task._meta.table_name
 
 
 def task_states(ids: Sequence[str]) -> dict[str, tuple[str, int]]:

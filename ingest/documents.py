@@ -14,6 +14,8 @@ import peewee
 from db.database import lock_for_update
 from db.models import CANCELLED, DONE, QUEUED, RUNNING, TERMINAL_STATES, Chunk, Document, Task, now_ms
 
+DELETE_BATCH = 100  # chunk ids per DELETE: a short IN list stays a primary-key lookup, never a scan
+
 
 def lock_documents(doc_ids: Iterable[str]) -> None:
     """``SELECT … FOR UPDATE`` the document rows, in id order (no deadlock between batches)."""
@@ -42,14 +44,27 @@ def recompute_documents(doc_ids: Iterable[str]) -> None:
 
     When a generation is done, chunks of that document's older generations are removed.
     Call inside a transaction that has locked the documents.
+
+    What it costs (it runs at every task's end): the current generation's task rows, and no
+    chunk row while the generation runs: ``chunk_num`` then counts the chunks its done tasks
+    list. When the generation ends (done, failed, cancelled) the chunks are counted once, from
+    the index on (doc_id, generation, token_num), and ``token_num`` with them. Older generations'
+    chunks are looked up in that index without locks and deleted by primary key, only those.
     """
     for doc in Document.select().where(Document.id.in_(sorted(set(doc_ids)))):
         _recompute(doc)
 
 
+def _listed_chunks() -> peewee.Expression:
+    """How many chunk ids a task row lists (space-separated), counted in SQL."""
+    ids = Task.chunk_ids
+    spaces = peewee.fn.LENGTH(ids) - peewee.fn.LENGTH(peewee.fn.REPLACE(ids, " ", ""))
+    return peewee.Case(None, [((ids.is_null()) | (ids == ""), 0)], spaces + 1)
+
+
 def _recompute(doc: Document) -> None:
     tasks = list(
-        Task.select(Task.status, Task.progress, Task.process_duration)
+        Task.select(Task.status, Task.progress, Task.process_duration, _listed_chunks())
         .where((Task.doc_id == doc.id) & (Task.generation == doc.generation))
         .tuples()
     )
@@ -61,14 +76,12 @@ def _recompute(doc: Document) -> None:
         progress = -1.0
     else:
         progress = sum(max(0.0, t[1]) for t in tasks) / len(tasks) if tasks else 0.0
-    chunk_num, token_num = (
-        Chunk.select(peewee.fn.COUNT(Chunk.id), peewee.fn.COALESCE(peewee.fn.SUM(Chunk.token_num), 0))
-        .where((Chunk.doc_id == doc.id) & (Chunk.generation == doc.generation))
-        .tuples()
-        .get()
-    )
+    if run in TERMINAL_STATES or run == "failed":
+        chunk_num, token_num = _count_chunks(doc)
+    else:  # running or queued: what its done tasks listed; tokens are counted at the end
+        chunk_num, token_num = sum(int(t[3] or 0) for t in tasks if t[0] == DONE), doc.token_num
     if run == DONE:
-        Chunk.delete().where((Chunk.doc_id == doc.id) & (Chunk.generation < doc.generation)).execute()
+        _delete_older_chunks(doc)
     counts = {s: statuses.count(s) for s in sorted(set(statuses))}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items())
     Document.update(
@@ -80,3 +93,29 @@ def _recompute(doc: Document) -> None:
         progress_msg=f"{len(tasks)} task(s): {summary}",
         update_time=now_ms(),
     ).where(Document.id == doc.id).execute()
+
+
+def _count_chunks(doc: Document) -> tuple[int, int]:
+    """(chunks, tokens) of the document's current generation: a range of the covering index."""
+    found = (
+        Chunk.select(peewee.fn.COUNT(Chunk.id), peewee.fn.COALESCE(peewee.fn.SUM(Chunk.token_num), 0))
+        .where((Chunk.doc_id == doc.id) & (Chunk.generation == doc.generation))
+        .tuples()
+        .get()
+    )
+    return int(found[0]), int(found[1] or 0)
+
+
+def _delete_older_chunks(doc: Document) -> int:
+    """Remove the chunks of the document's older generations, if it has any: found by a plain
+    read of the index (no lock), deleted by primary key (a range DELETE would lock every index
+    entry and gap it passes, and block other tasks' chunk writes)."""
+    older = [
+        cid
+        for (cid,) in Chunk.select(Chunk.id)
+        .where((Chunk.doc_id == doc.id) & (Chunk.generation < doc.generation))
+        .tuples()
+    ]
+    for start in range(0, len(older), DELETE_BATCH):
+        Chunk.delete().where(Chunk.id.in_(older[start : start + DELETE_BATCH])).execute()
+    return len(older)

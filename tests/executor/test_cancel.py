@@ -43,7 +43,7 @@ async def test_a_cancel_key_alone_stops_the_task_and_the_executor_records_the_ca
         await await_until(lambda: daemon.statistics().running == 1, 10)
         rclient.set(keys.cancel(tid), "1", ex=60)
         await await_until(lambda: row(tid)["status"] == CANCELLED and rclient.xlen(keys.queue(0)) == 0, 5)
-    assert row(tid)["progress_msg"].endswith("cancelled") and row(tid)["progress"] == -1
+    assert row(tid)["progress_msg"].endswith("cancelled\n") and row(tid)["progress"] == -1
 
 
 async def test_hole1_a_stale_cancel_key_never_cancels_a_later_attempt(xsettings, streams, rclient, keys, db):

@@ -44,5 +44,5 @@ def test_progress_lines_keep_the_tail_within_the_caps():
 def test_a_progress_line_with_a_lone_surrogate_is_kept_with_a_question_mark():
     lines = Lines()
     lines.add("page 3: caf\u00e9 \ud800 end")
-    assert lines.text().endswith("page 3: caf\u00e9 ? end")
+    assert lines.text().endswith("page 3: caf\u00e9 ? end\n")
     lines.text().encode("utf-8")  # storable
