@@ -291,6 +291,9 @@ def remove_document(settings: Settings, doc_id: str) -> RemoveResult:
         doc = Document.get_or_none(Document.id == doc_id)
         if doc is None:
             raise NotFound(f"no document with id {doc_id!r}")
+        _lock_kb(doc.kb_id)  # the knowledge base before its documents, as every submit locks them
+        if lock_for_update(Document.select(Document.id).where(Document.id == doc_id)).tuples().first() is None:
+            raise NotFound(f"no document with id {doc_id!r}")
         result, locations = _remove_docs([doc.id], kb_id=None)
         refresh_kb_counts([doc.kb_id])
     _after_remove(settings, locations, result.cancelled)
@@ -302,13 +305,19 @@ def remove_kb(settings: Settings, kb_name: str, *, tenant_id: str = "default") -
     init_database(settings.db_url)
     kb = ids.kb_id(tenant_id, kb_name)
     with unit():
-        if KnowledgeBase.get_or_none(KnowledgeBase.id == kb) is None:
+        if not _lock_kb(kb):
             raise NotFound(f"no knowledge base {kb_name!r} (tenant {tenant_id!r})")
         doc_ids = [d for (d,) in Document.select(Document.id).where(Document.kb_id == kb).tuples()]
         result, locations = _remove_docs(doc_ids, kb_id=kb)
         KnowledgeBase.delete().where(KnowledgeBase.id == kb).execute()
     _after_remove(settings, locations, result.cancelled)
     return result
+
+
+def _lock_kb(kb_id: str) -> bool:
+    """``SELECT … FOR UPDATE`` a knowledge base's row (first: the order submits lock in)."""
+    query = KnowledgeBase.select(KnowledgeBase.id).where(KnowledgeBase.id == kb_id)
+    return lock_for_update(query).tuples().first() is not None
 
 
 def _remove_docs(doc_ids: list[str], *, kb_id: str | None) -> tuple[RemoveResult, list[str]]:

@@ -3,7 +3,9 @@
     IngestError
     ├── RetryableError   retried in place with backoff and jitter, the slot kept
     │   │                (a lost database or Redis connection, a deadlock, a service timeout)
-    │   └── PublishError rows committed, their messages (or cancel requests) not sent to Redis
+    │   ├── PublishError rows committed, their messages (or cancel requests) not sent to Redis
+    │   └── SubmitBusy   a submit that kept losing lock waits (deadlocks) to concurrent
+    │                    submits; nothing of it was kept (no rows, no bytes): submit again
     ├── PermanentError   the task row fails at once with the reason (not a dead letter)
     │   └── BadDocument  content the parser cannot read (corrupt PDF, random bytes, …)
     ├── BadMessage       a stream message outside the contract: dead-lettered with the reason
@@ -59,6 +61,14 @@ class PublishError(RetryableError):
         super().__init__(message)
         self.task_ids = list(task_ids or [])
         self.result: object = None  # the caller's result so far (e.g. a SubmitResult), if any
+
+
+class SubmitBusy(RetryableError):
+    """A submit whose transaction kept losing deadlocks or lock waits to concurrent writers,
+    through every retry with backoff; it was rolled back and the bytes it had stored that no
+    row names were removed. Submitting again is safe."""
+
+    retry_after_s = 1  # what an HTTP front end tells the client (Retry-After)
 
 
 class SubmitRefused(IngestError):
