@@ -292,7 +292,8 @@ def remove_document(settings: Settings, doc_id: str) -> RemoveResult:
         if doc is None:
             raise NotFound(f"no document with id {doc_id!r}")
         _lock_kb(doc.kb_id)  # the knowledge base before its documents, as every submit locks them
-        if lock_for_update(Document.select(Document.id).where(Document.id == doc_id)).tuples().first() is None:
+        query = Document.select(Document.id).where(Document.id == doc_id)
+        if lock_for_update(query).tuples().first() is None:
             raise NotFound(f"no document with id {doc_id!r}")
         result, locations = _remove_docs([doc.id], kb_id=None)
         refresh_kb_counts([doc.kb_id])

@@ -46,7 +46,9 @@ def test_1000_concurrent_submits_all_succeed_or_fail_typed_with_no_orphan_bytes(
     ok = outcomes.count("ok")
     typed = [o for o in outcomes if o.startswith("typed:")]
     untyped = [o for o in outcomes if o.startswith("untyped:")]
-    print(f"{SUBMITS} submits from {THREADS} threads: {ok} ok, {len(typed)} typed, {len(untyped)} untyped, {elapsed:.1f} s")
+    print(
+        f"{SUBMITS} submits, {THREADS} threads: {ok} ok, {len(typed)} typed, {len(untyped)} untyped, {elapsed:.1f} s"
+    )
     assert untyped == [], untyped[:5]
     assert ok + len(typed) == SUBMITS
     assert ok >= SUBMITS * 0.99  # backoff makes a busy knowledge base slow, not failing
