@@ -77,7 +77,10 @@ class KnowledgeBase(BaseModel):
 
     class Meta:
         table_name = "knowledge_base"
-        indexes = ((("tenant_id", "name"), True),)
+        # Not unique: names are told apart by the id (``ingest.ids.kb_key``), not by the
+        # column's collation, which differs between MySQL (case-, accent- and trailing-space-
+        # insensitive) and SQLite (binary). The index serves listing a tenant's names.
+        indexes = ((("tenant_id", "name"), False),)
 
 
 class Document(BaseModel):

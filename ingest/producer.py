@@ -176,6 +176,7 @@ def submit_documents(
     check_tenant(tenant_id)
     if not kb_name or len(kb_name) > MAX_KB_NAME_CHARS:
         raise ValueError(f"a knowledge base name has 1 to {MAX_KB_NAME_CHARS} characters: {kb_name!r}")
+    ids.kb_key(kb_name)  # refuses a name of spaces only
     init_database(settings.db_url)
     sources = list(sources)
     names = source_names(sources)
@@ -443,11 +444,8 @@ def _ensure_kb(spec: _Spec) -> None:
 
 def _lock_kb(spec: _Spec) -> dict[str, Any]:
     """``SELECT … FOR UPDATE`` the knowledge base's row; its parser config."""
-    row = (
-        lock_for_update(KnowledgeBase.select(KnowledgeBase.parser_config).where(KnowledgeBase.id == spec.kb_id))
-        .tuples()
-        .first()
-    )
+    query = KnowledgeBase.select(KnowledgeBase.parser_config).where(KnowledgeBase.id == spec.kb_id)
+    row = lock_for_update(query).tuples().first()
     if row is None:
         raise _KnowledgeBaseGone(spec.kb_id)
     return dict(row[0] or {})
