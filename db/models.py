@@ -95,6 +95,8 @@ class Document(BaseModel):
     page_count = peewee.IntegerField(default=0)
     parser_config = JSONField(default=dict)
     generation = peewee.IntegerField(default=0)
+    # random, from the first submit until removal: task ids derive from it (ingest.ids.task_id)
+    incarnation = peewee.CharField(max_length=32, default="")
     run = peewee.CharField(max_length=16, default=QUEUED)  # run state of the current generation
     progress = peewee.FloatField(default=0.0)
     progress_msg = peewee.TextField(default="")

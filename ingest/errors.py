@@ -7,7 +7,9 @@
     │   └── SubmitBusy   a submit that kept losing lock waits (deadlocks) to concurrent
     │                    submits; nothing of it was kept (no rows, no bytes): submit again
     ├── PermanentError   the task row fails at once with the reason (not a dead letter)
-    │   └── BadDocument  content the parser cannot read (corrupt PDF, random bytes, …)
+    │   ├── BadDocument  content the parser cannot read (corrupt PDF, random bytes, …)
+    │   └── TaskLost     a run's write fenced out: its task is no longer running under it
+    │                    (removed, cancelled, taken over); nothing was written
     ├── BadMessage       a stream message outside the contract: dead-lettered with the reason
     ├── SubmitRefused    a file refused at submit (unreadable, empty, too large)
     ├── LimitExceeded    a submit a tenant's limit refuses, before anything is written
@@ -44,6 +46,12 @@ class PermanentError(IngestError):
 
 class BadDocument(PermanentError):
     """The document's content cannot be read by its parser."""
+
+
+class TaskLost(PermanentError):
+    """A run tried to write (its chunks) for a task it no longer holds: the row is gone (its
+    document was removed), no longer ``running``, or running under another attempt. Nothing
+    was written; the run's terminal write is fenced out the same way."""
 
 
 class BadMessage(IngestError):

@@ -5,7 +5,9 @@
   key) is the only place two names are compared;
 - a document's id from (knowledge base id, document name), so submitting the same file again
   re-parses that document instead of adding a second one;
-- a task's id from (document id, page range, generation), so each submission is new work;
+- a task's id from (document id, its incarnation, page range, generation), so each submission
+  is new work, and a document removed and submitted again under the same name (a new
+  incarnation, generation 1 again) never gets the task ids of the removed one's runs;
 - a task's digest from what its result depends on (content, model identity, chunking config,
   page range), so a finished task with the same digest can hand over its chunks;
 - a dataflow's id from (tenant, name, DSL), so replacing its DSL gives it a new id (and new
@@ -55,9 +57,13 @@ def doc_id(kb_id: str, name: str) -> str:
     return _hash("doc", kb_id, name)
 
 
-def task_id(doc_id: str, from_page: int, to_page: int, generation: int) -> str:
-    """The id of one page-range task of one generation of a document."""
-    return _hash("task", doc_id, int(from_page), int(to_page), int(generation))
+def task_id(doc_id: str, from_page: int, to_page: int, generation: int, incarnation: str = "") -> str:
+    """The id of one page-range task of one generation of one incarnation of a document (a
+    random id the document's row keeps from its first submit until it is removed; "" for a
+    document written before incarnations, whose ids stay as they were)."""
+    if not incarnation:
+        return _hash("task", doc_id, int(from_page), int(to_page), int(generation))
+    return _hash("task", doc_id, incarnation, int(from_page), int(to_page), int(generation))
 
 
 def content_hash(data: bytes) -> str:

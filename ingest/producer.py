@@ -19,7 +19,7 @@ import random
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import peewee
 
@@ -375,9 +375,15 @@ def _write_rows(spec: _Spec, staged: list[_Staged]) -> _Plan:
     doc_ids = [s.doc_id for s in staged]
     existing = _lock_existing_documents(doc_ids)
     tasks_by_doc: dict[str, list[dict[str, Any]]] = {}
+    incarnations: dict[str, str] = {}
     for s in staged:
-        generation = existing[s.doc_id][0] + 1 if s.doc_id in existing else 1
-        tasks_by_doc[s.doc_id] = _task_rows(spec, s, generation, doc_config)
+        old = existing.get(s.doc_id)
+        # A new document (also one of a removed document's name) is a new incarnation: its task
+        # ids (and so its chunk ids) are never those of an earlier one's runs, which may still
+        # be in flight and would otherwise match them, attempt for attempt.
+        incarnations[s.doc_id] = old.incarnation if old is not None else ids.new_id()
+        generation = old.generation + 1 if old is not None else 1
+        tasks_by_doc[s.doc_id] = _task_rows(spec, s, generation, doc_config, incarnations[s.doc_id])
     cancelled = cancel_task_rows(  # tasks before chunks: the order finishers and chunk writes use
         unfinished_task_ids(list(existing)), "cancelled: the document was submitted again"
     )
@@ -387,11 +393,13 @@ def _write_rows(spec: _Spec, staged: list[_Staged]) -> _Plan:
     try:
         tenants.check_queue(spec.tenant_id, spec.limits, sum(t["status"] == QUEUED for t in all_tasks))
     except TenantQueueFull as exc:  # the bytes stored for this call that no document keeps
-        kept = {loc for _, loc in existing.values()}
+        kept = {e.location for e in existing.values()}
         exc.orphan_locations = [s.location for s in staged if s.location not in kept]
         raise
     bulk_insert_into_db(
-        Document, [_document_row(spec, s, tasks_by_doc[s.doc_id], doc_config) for s in staged], True
+        Document,
+        [_document_row(spec, s, tasks_by_doc[s.doc_id], doc_config, incarnations[s.doc_id]) for s in staged],
+        True,
     )
     recompute_documents(sorted({t["doc_id"] for t in all_tasks if t["status"] == DONE}))
     refresh_kb_counts([spec.kb_id])
@@ -411,7 +419,7 @@ def _write_rows(spec: _Spec, staged: list[_Staged]) -> _Plan:
     ]
     obsolete = [
         loc
-        for doc, (_, loc) in existing.items()
+        for doc, (_, loc, _) in existing.items()
         if loc and loc not in {s.location for s in staged if s.doc_id == doc}
     ]
     return _Plan(
@@ -451,18 +459,23 @@ def _lock_kb(spec: _Spec) -> dict[str, Any]:
     return dict(row[0] or {})
 
 
-def _lock_existing_documents(doc_ids: Sequence[str]) -> dict[str, tuple[int, str]]:
+class _Existing(NamedTuple):
+    generation: int
+    location: str
+    incarnation: str  # "" for a document written before incarnations (task ids as they were)
+
+
+def _lock_existing_documents(doc_ids: Sequence[str]) -> dict[str, _Existing]:
     """Lock the documents of ``doc_ids`` that exist, by primary key in id order (record locks
-    only); their (generation, location) as locked."""
+    only); what they hold as locked."""
     found = sorted(_existing_documents(doc_ids))
-    locked: dict[str, tuple[int, str]] = {}
+    locked: dict[str, _Existing] = {}
     for start in range(0, len(found), BATCH):
         batch = found[start : start + BATCH]
-        query = Document.select(Document.id, Document.generation, Document.location).where(
-            Document.id.in_(batch)
-        )
-        for did, generation, location in lock_for_update(query.order_by(Document.id)).tuples():
-            locked[did] = (int(generation), location)
+        query = Document.select(Document.id, Document.generation, Document.location, Document.incarnation)
+        query = query.where(Document.id.in_(batch)).order_by(Document.id)
+        for did, generation, location, incarnation in lock_for_update(query).tuples():
+            locked[did] = _Existing(int(generation), location, incarnation or "")
     return locked
 
 
@@ -479,13 +492,15 @@ def _existing_documents(doc_ids: Sequence[str]) -> dict[str, tuple[int, str]]:
     return found
 
 
-def _task_rows(spec: _Spec, s: _Staged, generation: int, config: dict[str, Any]) -> list[dict[str, Any]]:
+def _task_rows(
+    spec: _Spec, s: _Staged, generation: int, config: dict[str, Any], incarnation: str
+) -> list[dict[str, Any]]:
     model = ids.model_identity(spec.settings.embedding_model)
     rows = []
     for from_page, to_page in page_ranges(s.page_count, spec.settings.pages_per_task):
         rows.append(
             {
-                "id": ids.task_id(s.doc_id, from_page, to_page, generation),
+                "id": ids.task_id(s.doc_id, from_page, to_page, generation, incarnation),
                 "doc_id": s.doc_id,
                 "kb_id": spec.kb_id,
                 "tenant_id": spec.tenant_id,
@@ -521,7 +536,7 @@ def _task_rows(spec: _Spec, s: _Staged, generation: int, config: dict[str, Any])
 
 
 def _document_row(
-    spec: _Spec, s: _Staged, tasks: list[dict[str, Any]], config: dict[str, Any]
+    spec: _Spec, s: _Staged, tasks: list[dict[str, Any]], config: dict[str, Any], incarnation: str
 ) -> dict[str, Any]:
     n = len(tasks)
     return {
@@ -536,6 +551,7 @@ def _document_row(
         "page_count": s.page_count or 0,
         "parser_config": config,
         "generation": tasks[0]["generation"],
+        "incarnation": incarnation,
         "run": QUEUED,
         "progress": 0.0,
         "progress_msg": f"{n} task(s): {n} queued",
