@@ -302,17 +302,44 @@ def remove_document(settings: Settings, doc_id: str) -> RemoveResult:
 
 
 def remove_kb(settings: Settings, kb_name: str, *, tenant_id: str = "default") -> RemoveResult:
-    """Remove a knowledge base with all its documents, tasks, chunks and bytes."""
+    """Remove a knowledge base with all its documents, tasks, chunks and bytes.
+
+    In batches of ``BATCH`` documents, each its own transaction (knowledge base row locked
+    first, as submits lock it) followed by its bytes and cancels; the last transaction removes
+    what belongs to no document and the knowledge base's row. Stopped half way, the knowledge
+    base stands with the documents not yet removed, each whole: ``rm --kb`` again finishes."""
     init_database(settings.db_url)
     kb = ids.kb_id(tenant_id, kb_name)
     with unit():
         if not _lock_kb(kb):
             raise NotFound(f"no knowledge base {kb_name!r} (tenant {tenant_id!r})")
-        doc_ids = [d for (d,) in Document.select(Document.id).where(Document.kb_id == kb).tuples()]
-        result, locations = _remove_docs(doc_ids, kb_id=kb)
-        KnowledgeBase.delete().where(KnowledgeBase.id == kb).execute()
-    _after_remove(settings, locations, result.cancelled)
-    return result
+    doc_ids: list[str] = []
+    cancelled: list[str] = []
+    tasks = chunks = 0
+    while True:
+        with unit():
+            if not _lock_kb(kb):  # another rm finished it meanwhile
+                break
+            batch = [
+                d
+                for (d,) in Document.select(Document.id)
+                .where(Document.kb_id == kb)
+                .order_by(Document.id)
+                .limit(BATCH)
+                .tuples()
+            ]
+            part, locations = _remove_docs(batch, kb_id=None if batch else kb)
+            if batch:
+                refresh_kb_counts([kb])
+            else:
+                KnowledgeBase.delete().where(KnowledgeBase.id == kb).execute()
+        _after_remove(settings, locations, part.cancelled)
+        doc_ids += part.doc_ids
+        cancelled += part.cancelled
+        tasks, chunks = tasks + part.tasks_removed, chunks + part.chunks_removed
+        if not batch:
+            break
+    return RemoveResult(kb_id=kb, doc_ids=doc_ids, tasks_removed=tasks, chunks_removed=chunks, cancelled=cancelled)
 
 
 def _lock_kb(kb_id: str) -> bool:
@@ -322,7 +349,9 @@ def _lock_kb(kb_id: str) -> bool:
 
 
 def _remove_docs(doc_ids: list[str], *, kb_id: str | None) -> tuple[RemoveResult, list[str]]:
-    lock_documents(doc_ids)
+    doc_ids = sorted(set(doc_ids))
+    for batch in _batches(doc_ids, BATCH):  # id order across batches too
+        lock_documents(batch)
     locations = [
         loc
         for batch in _batches(doc_ids)
@@ -347,7 +376,7 @@ def _remove_docs(doc_ids: list[str], *, kb_id: str | None) -> tuple[RemoveResult
         chunks += Chunk.delete().where(Chunk.kb_id == kb_id).execute()
         tasks += Task.delete().where(Task.kb_id == kb_id).execute()
     result = RemoveResult(
-        kb_id=kb_id, doc_ids=doc_ids, tasks_removed=tasks, chunks_removed=chunks, cancelled=cancelled
+        kb_id=kb_id, doc_ids=list(doc_ids), tasks_removed=tasks, chunks_removed=chunks, cancelled=cancelled
     )
     return result, locations
 
