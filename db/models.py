@@ -152,8 +152,18 @@ class Task(BaseModel):
 
     class Meta:
         table_name = "task"
-        # (tenant_id, status): a tenant's unfinished tasks, counted at submit (the queued cap)
-        indexes = ((("tenant_id", "status"), False),)
+        # (tenant_id, status): a tenant's unfinished tasks, counted at submit (the queued cap);
+        # (status, update_time): the reconciler's pages of old queued/running/cancelled rows and
+        # ``ingest prune``'s finished rows older than a cutoff (InnoDB appends the id, so the
+        # reconciler's (update_time, id) keyset needs no sort); (task_type, status): ``ingest
+        # status``'s counts, read from the index alone; (doc_id, generation): a document's
+        # current tasks (``ingest status DOC``, every recompute).
+        indexes = (
+            (("tenant_id", "status"), False),
+            (("status", "update_time"), False),
+            (("task_type", "status"), False),
+            (("doc_id", "generation"), False),
+        )
 
 
 class Chunk(BaseModel):
