@@ -84,14 +84,14 @@ def store_chunks(
         }
         for i, chunk in enumerate(chunks)
     ]
-    for attempt in range(1, DEADLOCK_TRIES + 1):
+    for tries in range(1, DEADLOCK_TRIES + 1):  # not "attempt": that is the run's, for the fence
         try:
             _upsert(task_id, rows, attempt)
             break
         except peewee.OperationalError as exc:
-            if attempt == DEADLOCK_TRIES or not exc.args or exc.args[0] not in _DEADLOCK_CODES:
+            if tries == DEADLOCK_TRIES or not exc.args or exc.args[0] not in _DEADLOCK_CODES:
                 raise
-            time.sleep(random.uniform(0.02, 0.1) * attempt)
+            time.sleep(random.uniform(0.02, 0.1) * tries)
     return [row["id"] for row in rows]
 
 

@@ -89,3 +89,20 @@ def test_a_running_task_writes_its_chunks_and_a_cancelled_one_cannot(settings):
         Task.update(status="cancelled").where(Task.id == b.task_ids[0]).execute()
     assert _late_write(result.kb_id, b.id, b.task_ids[0], attempt_b) != "written"
     assert _chunks_of(b.task_ids[0]) == 0
+
+
+def test_a_task_on_a_later_attempt_writes_under_that_attempt_and_not_under_an_older_one(settings):
+    result = submit_documents(settings, [("a.txt", b"a")], "kb1")
+    (doc,) = result.documents
+    (tid,) = doc.task_ids
+    _claim(tid)
+    attempt = _claim(tid)  # reclaimed: a second run
+    assert attempt == 2
+    assert _late_write(result.kb_id, doc.id, tid, 1) == "TaskLost"  # the first run, fenced out
+    assert _chunks_of(tid) == 0
+    assert _late_write(result.kb_id, doc.id, tid, attempt) == "written"
+    items = [TextChunk("no attempt given", page=0, token_num=2, position=0)]
+    store_chunks(
+        kb_id=result.kb_id, doc_id=doc.id, task_id=tid, generation=1, chunks=items, vectors=np.ones((1, 4))
+    )
+    assert _chunks_of(tid) == 1  # the handlers' call (no attempt): fenced on running only
