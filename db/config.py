@@ -124,6 +124,13 @@ class Settings:
     tenant_max_docs: int = field(
         default=0, metadata={"help": "documents one submission may hold (0 = no cap)"}
     )
+    task_retention_s: float = field(
+        default=2592000.0,
+        metadata={
+            "help": "finished task rows of superseded generations or of no document are removed this long "
+            "after they ended, and the kept rows' progress text cut to its last line (0 = keep forever)"
+        },
+    )
     # -- results ---------------------------------------------------------------------------
     results_ttl_s: float = field(
         default=14400.0, metadata={"help": "how long a finished task's result is kept"}
@@ -185,6 +192,8 @@ class Settings:
         for name in ("tenant_max_running", "tenant_max_queued", "tenant_max_docs"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 or more")
+        if self.task_retention_s < 0:
+            raise ValueError("task_retention_s must be 0 (keep forever) or more")
         if self.results_ttl_s <= 0 or self.result_removal_delay_s <= 0:
             raise ValueError("results_ttl_s and result_removal_delay_s must be positive")
 

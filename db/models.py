@@ -77,7 +77,10 @@ class KnowledgeBase(BaseModel):
 
     class Meta:
         table_name = "knowledge_base"
-        indexes = ((("tenant_id", "name"), True),)
+        # Not unique: names are told apart by the id (``ingest.ids.kb_key``), not by the
+        # column's collation, which differs between MySQL (case-, accent- and trailing-space-
+        # insensitive) and SQLite (binary). The index serves listing a tenant's names.
+        indexes = ((("tenant_id", "name"), False),)
 
 
 class Document(BaseModel):
@@ -92,6 +95,8 @@ class Document(BaseModel):
     page_count = peewee.IntegerField(default=0)
     parser_config = JSONField(default=dict)
     generation = peewee.IntegerField(default=0)
+    # random, from the first submit until removal: task ids derive from it (ingest.ids.task_id)
+    incarnation = peewee.CharField(max_length=32, default="")
     run = peewee.CharField(max_length=16, default=QUEUED)  # run state of the current generation
     progress = peewee.FloatField(default=0.0)
     progress_msg = peewee.TextField(default="")
@@ -147,8 +152,18 @@ class Task(BaseModel):
 
     class Meta:
         table_name = "task"
-        # (tenant_id, status): a tenant's unfinished tasks, counted at submit (the queued cap)
-        indexes = ((("tenant_id", "status"), False),)
+        # (tenant_id, status): a tenant's unfinished tasks, counted at submit (the queued cap);
+        # (status, update_time): the reconciler's pages of old queued/running/cancelled rows and
+        # ``ingest prune``'s finished rows older than a cutoff (InnoDB appends the id, so the
+        # reconciler's (update_time, id) keyset needs no sort); (task_type, status): ``ingest
+        # status``'s counts, read from the index alone; (doc_id, generation): a document's
+        # current tasks (``ingest status DOC``, every recompute).
+        indexes = (
+            (("tenant_id", "status"), False),
+            (("status", "update_time"), False),
+            (("task_type", "status"), False),
+            (("doc_id", "generation"), False),
+        )
 
 
 class Chunk(BaseModel):

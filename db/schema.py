@@ -60,9 +60,13 @@ def _bring_up_to_date(db: peewee.Database, model: type[peewee.Model], report: In
             report.added_columns.append(f"{table}.{fld.column_name}")
     if ops:
         migrate(*ops)
-    have_indexes = {i.name for i in db.get_indexes(table)}
+    have_indexes = {i.name: bool(i.unique) for i in db.get_indexes(table)}
     for index in model._meta.fields_to_index():
         name = index._name
+        if name in have_indexes and have_indexes[name] != bool(index._unique):
+            # e.g. knowledge_base (tenant_id, name), unique before names were compared by id
+            db.execute_sql(f"DROP INDEX `{name}` ON `{table}`" if is_mysql() else f'DROP INDEX "{name}"')
+            del have_indexes[name]
         if name not in have_indexes:
             db.execute(index.safe(True))
             report.added_indexes.append(name)

@@ -4,14 +4,19 @@ Under a short fleet lock (``SET lock:reconcile NX PX``: one pass of the fleet pe
 following ``LIFECYCLE.md`` ("Leases, reclaim, hand-back, reconcile"):
 
 - a row ``queued`` whose ``update_time`` is older than ``INGEST_RECONCILE_GRACE_S`` and whose
-  published key is missing (its XADD failed, or Redis lost it) is published again;
+  published key is missing (its XADD failed, or Redis lost it) is published again; queued rows
+  are paged through in (update_time, id) order by the (status, update_time) index, up to
+  ``QUEUED_PAGES_PER_PASS`` pages a pass, the next pass going on from where this one stopped,
+  so a lost publish behind a large healthy backlog is found within a pass or a few;
 - a row ``running`` as old, whose owner has no heartbeat and whose published key is missing,
   goes back to ``queued`` (fenced on its attempt) and is published;
 - chunks of ``cancelled`` tasks that no live executor is running are removed;
 - consumers with no pending entry and no heartbeat are removed from the group (one Lua script
   checks both, ``Streams.remove_consumers``);
 - the tenants' limit overrides are mirrored into Redis again when Redis lost them (the fair
-  gate reads the running cap there).
+  gate reads the running cap there);
+- once an hour per executor, with ``INGEST_TASK_RETENTION_S`` set, finished task rows past it
+  are pruned (:func:`ingest.prune.prune_tasks`).
 
 Every publish is the guarded one (``Streams.publish_many``), so a task never gets a second live
 entry; the re-publishes are counted in the fleet's stats hash (``ingest status`` shows them).
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,12 +45,15 @@ from executor.context import Limiters
 from executor.outage import Outage
 from executor.progress import append_line
 from ingest.documents import lock_documents, recompute_documents
+from ingest.prune import prune_tasks
 from ingest.publish import task_message
 from ingest.tenants import all_overrides, mirror_limits
 
 log = logging.getLogger("executor.reconciler")
 
-BATCH = 1000  # rows looked at per kind and pass
+BATCH = 1000  # rows looked at per kind and pass (queued rows: per page)
+QUEUED_PAGES_PER_PASS = 20  # queued rows looked at per pass: up to 20 pages of BATCH
+PRUNE_INTERVAL_S = 3600.0  # how often one executor prunes finished rows past their retention
 MIN_INTERVAL_S = 0.5
 MAX_INTERVAL_S = 60.0
 STAT_REPUBLISHED = "republished"  # every re-publish (queued and re-queued rows)
@@ -67,6 +76,7 @@ class ReconcileReport:
     chunks_removed: int = 0
     consumers_removed: list[str] = field(default_factory=list)
     limits_mirrored: int = 0  # tenants whose overrides were written to Redis again
+    tasks_pruned: int = 0  # finished rows past INGEST_TASK_RETENTION_S removed
 
     @property
     def changed(self) -> bool:
@@ -76,6 +86,7 @@ class ReconcileReport:
             or self.chunks_removed
             or self.consumers_removed
             or self.limits_mirrored
+            or self.tasks_pruned
         )
 
 
@@ -100,6 +111,9 @@ class Reconciler:
         self.interval_s = min(MAX_INTERVAL_S, max(MIN_INTERVAL_S, settings.reconcile_grace_s / 2))
         self.lease_ms = max(100, int(self.interval_s * 1000))
         self.passes = 0
+        self.settings = settings
+        self._next_prune = 0.0  # monotonic time of the next prune (0: at the first pass)
+        self._queued_after: tuple[int, str] | None = None  # where the next page of queued rows starts
 
     async def run(self) -> None:
         while True:
@@ -123,12 +137,13 @@ class Reconciler:
             log.warning(
                 "reconciled: %d task(s) published again (%d of them running under a dead owner), "
                 "%d chunk(s) of cancelled tasks removed, %d consumer(s) removed from the group, "
-                "%d tenant(s)' limits mirrored into Redis again",
+                "%d tenant(s)' limits mirrored into Redis again, %d finished task row(s) pruned",
                 len(report.republished),
                 len(report.requeued),
                 report.chunks_removed,
                 len(report.consumers_removed),
                 report.limits_mirrored,
+                report.tasks_pruned,
                 extra={"task_ids": report.republished[:50]},
             )
         return report
@@ -152,7 +167,15 @@ class Reconciler:
             chunks_removed=self._cancelled_chunks(cutoff),
             consumers_removed=self._idle_consumers(),
             limits_mirrored=mirrored,
+            tasks_pruned=self._prune(),
         )
+
+    def _prune(self) -> int:
+        retention_s = self.settings.task_retention_s
+        if retention_s <= 0 or time.monotonic() < self._next_prune:
+            return 0
+        self._next_prune = time.monotonic() + PRUNE_INTERVAL_S
+        return prune_tasks(self.settings, retention_s).tasks_removed
 
     def _mirror_limits(self) -> int:
         """The limit overrides into Redis, when its mirror is missing (Redis lost its data)."""
@@ -171,14 +194,36 @@ class Reconciler:
         return {tid for tid, live in zip(ids, self.streams.live_entries(list(ids)), strict=True) if not live}
 
     def _lost_queued(self, cutoff: int) -> list[dict[str, Any]]:
+        """Queued rows as old as the grace without an entry: pages from the cursor on; past the
+        last page the cursor goes back to the oldest row."""
+        lost: list[dict[str, Any]] = []
+        for _ in range(QUEUED_PAGES_PER_PASS):
+            rows = self._queued_page(cutoff, self._queued_after)
+            self._queued_after = (rows[-1]["update_time"], rows[-1]["id"]) if len(rows) == BATCH else None
+            lost += self._still_lost(rows, cutoff)
+            if self._queued_after is None:
+                break
+        return lost
+
+    @staticmethod
+    def _queued_page(cutoff: int, after: tuple[int, str] | None) -> list[dict[str, Any]]:
+        """Up to BATCH queued rows older than ``cutoff``, after ``after`` in (update_time, id)
+        order (a keyset page on the (status, update_time) index: InnoDB's secondary index
+        carries the primary key, so the order needs no sort)."""
+        where = (Task.status == QUEUED) & (Task.update_time < cutoff)
+        if after is not None:
+            at, tid = after
+            where &= (Task.update_time > at) | ((Task.update_time == at) & (Task.id > tid))
         with connection():
-            rows = list(
-                Task.select(*_MESSAGE_FIELDS)
-                .where((Task.status == QUEUED) & (Task.update_time < cutoff))
-                .order_by(Task.update_time)
+            return list(
+                Task.select(*_MESSAGE_FIELDS, Task.update_time)
+                .where(where)
+                .order_by(Task.update_time, Task.id)
                 .limit(BATCH)
                 .dicts()
             )
+
+    def _still_lost(self, rows: list[dict[str, Any]], cutoff: int) -> list[dict[str, Any]]:
         missing = self._without_entry([r["id"] for r in rows])
         if not missing:
             return []

@@ -268,6 +268,10 @@ def remove_document(settings: Settings, doc_id: str) -> RemoveResult:
         doc = Document.get_or_none(Document.id == doc_id)
         if doc is None:
             raise NotFound(f"no document with id {doc_id!r}")
+        _lock_kb(doc.kb_id)  # the knowledge base before its documents, as every submit locks them
+        query = Document.select(Document.id).where(Document.id == doc_id)
+        if lock_for_update(query).tuples().first() is None:
+            raise NotFound(f"no document with id {doc_id!r}")
         result, locations = _remove_docs([doc.id], kb_id=None)
         refresh_kb_counts([doc.kb_id])
     _after_remove(settings, locations, result.cancelled)
@@ -275,21 +279,56 @@ def remove_document(settings: Settings, doc_id: str) -> RemoveResult:
 
 
 def remove_kb(settings: Settings, kb_name: str, *, tenant_id: str = "default") -> RemoveResult:
-    """Remove a knowledge base with all its documents, tasks, chunks and bytes."""
+    """Remove a knowledge base with all its documents, tasks, chunks and bytes.
+
+    In batches of ``BATCH`` documents, each its own transaction (knowledge base row locked
+    first, as submits lock it) followed by its bytes and cancels; the last transaction removes
+    what belongs to no document and the knowledge base's row. Stopped half way, the knowledge
+    base stands with the documents not yet removed, each whole: ``rm --kb`` again finishes."""
     init_database(settings.db_url)
     kb = ids.kb_id(tenant_id, kb_name)
     with unit():
-        if KnowledgeBase.get_or_none(KnowledgeBase.id == kb) is None:
+        if not _lock_kb(kb):
             raise NotFound(f"no knowledge base {kb_name!r} (tenant {tenant_id!r})")
-        doc_ids = [d for (d,) in Document.select(Document.id).where(Document.kb_id == kb).tuples()]
-        result, locations = _remove_docs(doc_ids, kb_id=kb)
-        KnowledgeBase.delete().where(KnowledgeBase.id == kb).execute()
-    _after_remove(settings, locations, result.cancelled)
-    return result
+    doc_ids: list[str] = []
+    cancelled: list[str] = []
+    tasks = chunks = 0
+    while True:
+        with unit():
+            if not _lock_kb(kb):  # another rm finished it meanwhile
+                break
+            batch = [
+                d
+                for (d,) in Document.select(Document.id)
+                .where(Document.kb_id == kb)
+                .order_by(Document.id)
+                .limit(BATCH)
+                .tuples()
+            ]
+            part, locations = _remove_docs(batch, kb_id=None if batch else kb)
+            if batch:
+                refresh_kb_counts([kb])
+            else:
+                KnowledgeBase.delete().where(KnowledgeBase.id == kb).execute()
+        _after_remove(settings, locations, part.cancelled)
+        doc_ids += part.doc_ids
+        cancelled += part.cancelled
+        tasks, chunks = tasks + part.tasks_removed, chunks + part.chunks_removed
+        if not batch:
+            break
+    return RemoveResult(kb_id=kb, doc_ids=doc_ids, tasks_removed=tasks, chunks_removed=chunks, cancelled=cancelled)
+
+
+def _lock_kb(kb_id: str) -> bool:
+    """``SELECT … FOR UPDATE`` a knowledge base's row (first: the order submits lock in)."""
+    query = KnowledgeBase.select(KnowledgeBase.id).where(KnowledgeBase.id == kb_id)
+    return lock_for_update(query).tuples().first() is not None
 
 
 def _remove_docs(doc_ids: list[str], *, kb_id: str | None) -> tuple[RemoveResult, list[str]]:
-    lock_documents(doc_ids)
+    doc_ids = sorted(set(doc_ids))
+    for batch in _batches(doc_ids, BATCH):  # id order across batches too
+        lock_documents(batch)
     locations = [
         loc
         for batch in _batches(doc_ids)
@@ -314,7 +353,7 @@ def _remove_docs(doc_ids: list[str], *, kb_id: str | None) -> tuple[RemoveResult
         chunks += Chunk.delete().where(Chunk.kb_id == kb_id).execute()
         tasks += Task.delete().where(Task.kb_id == kb_id).execute()
     result = RemoveResult(
-        kb_id=kb_id, doc_ids=doc_ids, tasks_removed=tasks, chunks_removed=chunks, cancelled=cancelled
+        kb_id=kb_id, doc_ids=list(doc_ids), tasks_removed=tasks, chunks_removed=chunks, cancelled=cancelled
     )
     return result, locations
 

@@ -3,9 +3,13 @@
     IngestError
     ├── RetryableError   retried in place with backoff and jitter, the slot kept
     │   │                (a lost database or Redis connection, a deadlock, a service timeout)
-    │   └── PublishError rows committed, their messages (or cancel requests) not sent to Redis
+    │   ├── PublishError rows committed, their messages (or cancel requests) not sent to Redis
+    │   └── SubmitBusy   a submit that kept losing lock waits (deadlocks) to concurrent
+    │                    submits; nothing of it was kept (no rows, no bytes): submit again
     ├── PermanentError   the task row fails at once with the reason (not a dead letter)
-    │   └── BadDocument  content the parser cannot read (corrupt PDF, random bytes, …)
+    │   ├── BadDocument  content the parser cannot read (corrupt PDF, random bytes, …)
+    │   └── TaskLost     a run's write fenced out: its task is no longer running under it
+    │                    (removed, cancelled, taken over); nothing was written
     ├── BadMessage       a stream message outside the contract: dead-lettered with the reason
     ├── SubmitRefused    a file refused at submit (unreadable, empty, too large)
     ├── LimitExceeded    a submit a tenant's limit refuses, before anything is written
@@ -44,6 +48,12 @@ class BadDocument(PermanentError):
     """The document's content cannot be read by its parser."""
 
 
+class TaskLost(PermanentError):
+    """A run tried to write (its chunks) for a task it no longer holds: the row is gone (its
+    document was removed), no longer ``running``, or running under another attempt. Nothing
+    was written; the run's terminal write is fenced out the same way."""
+
+
 class BadMessage(IngestError):
     """A stream message that is not a message of the contract."""
 
@@ -59,6 +69,14 @@ class PublishError(RetryableError):
         super().__init__(message)
         self.task_ids = list(task_ids or [])
         self.result: object = None  # the caller's result so far (e.g. a SubmitResult), if any
+
+
+class SubmitBusy(RetryableError):
+    """A submit whose transaction kept losing deadlocks or lock waits to concurrent writers,
+    through every retry with backoff; it was rolled back and the bytes it had stored that no
+    row names were removed. Submitting again is safe."""
+
+    retry_after_s = 1  # what an HTTP front end tells the client (Retry-After)
 
 
 class SubmitRefused(IngestError):

@@ -1,9 +1,13 @@
 """Deterministic ids and digests (xxh128, 32 hex characters): the same inputs name the same row.
 
-- a knowledge base's id comes from (tenant, name);
+- a knowledge base's id comes from (tenant, :func:`kb_key` of its name): names compare
+  case-insensitively and without trailing spaces, on every backend, because the id (the primary
+  key) is the only place two names are compared;
 - a document's id from (knowledge base id, document name), so submitting the same file again
   re-parses that document instead of adding a second one;
-- a task's id from (document id, page range, generation), so each submission is new work;
+- a task's id from (document id, its incarnation, page range, generation), so each submission
+  is new work, and a document removed and submitted again under the same name (a new
+  incarnation, generation 1 again) never gets the task ids of the removed one's runs;
 - a task's digest from what its result depends on (content, model identity, chunking config,
   page range), so a finished task with the same digest can hand over its chunks;
 - a dataflow's id from (tenant, name, DSL), so replacing its DSL gives it a new id (and new
@@ -15,6 +19,7 @@
 from __future__ import annotations
 
 import os
+import unicodedata
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -28,9 +33,23 @@ def _hash(*parts: Any) -> str:
     return xxhash.xxh128_hexdigest(orjson.dumps(parts, option=orjson.OPT_SORT_KEYS))
 
 
+def kb_key(kb_name: str) -> str:
+    """What identifies a knowledge base's name: trailing spaces dropped, case folded
+    (``str.casefold``, Unicode NFC before and after); accents and inner spaces are kept.
+
+    The one rule for names: every lookup by name goes through :func:`kb_id`, so "Manuals",
+    "manuals" and "MANUALS " are one knowledge base on MySQL and on SQLite alike (the
+    database's collation never decides; its row keeps the display name first given).
+    Raises ``ValueError`` for a name that is empty once its trailing spaces are gone."""
+    key = unicodedata.normalize("NFC", unicodedata.normalize("NFC", kb_name).rstrip(" ").casefold())
+    if not key:
+        raise ValueError(f"a knowledge base name needs a character other than a space: {kb_name!r}")
+    return key
+
+
 def kb_id(tenant_id: str, kb_name: str) -> str:
-    """The id of knowledge base ``kb_name`` of ``tenant_id``."""
-    return _hash("kb", tenant_id, kb_name)
+    """The id of knowledge base ``kb_name`` of ``tenant_id`` (by :func:`kb_key`)."""
+    return _hash("kb", tenant_id, kb_key(kb_name))
 
 
 def doc_id(kb_id: str, name: str) -> str:
@@ -38,9 +57,13 @@ def doc_id(kb_id: str, name: str) -> str:
     return _hash("doc", kb_id, name)
 
 
-def task_id(doc_id: str, from_page: int, to_page: int, generation: int) -> str:
-    """The id of one page-range task of one generation of a document."""
-    return _hash("task", doc_id, int(from_page), int(to_page), int(generation))
+def task_id(doc_id: str, from_page: int, to_page: int, generation: int, incarnation: str = "") -> str:
+    """The id of one page-range task of one generation of one incarnation of a document (a
+    random id the document's row keeps from its first submit until it is removed; "" for a
+    document written before incarnations, whose ids stay as they were)."""
+    if not incarnation:
+        return _hash("task", doc_id, int(from_page), int(to_page), int(generation))
+    return _hash("task", doc_id, incarnation, int(from_page), int(to_page), int(generation))
 
 
 def content_hash(data: bytes) -> str:

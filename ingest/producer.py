@@ -15,15 +15,17 @@ import contextlib
 import dataclasses
 import logging
 import os
+import random
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import peewee
 
 from db.bulk import bulk_insert_into_db
 from db.config import Settings
-from db.database import init_database, unit
+from db.database import connection, init_database, lock_for_update, unit
 from db.keys import check_tenant
 from db.models import DONE, QUEUED, UNFINISHED_STATES, Document, KnowledgeBase, Task, now_ms
 from ingest import ids, tenants
@@ -37,8 +39,8 @@ from ingest.control import (
     retry,
     unfinished_task_ids,
 )
-from ingest.documents import lock_documents, recompute_documents
-from ingest.errors import NotFound, PublishError, TenantQueueFull
+from ingest.documents import recompute_documents
+from ingest.errors import NotFound, PublishError, SubmitBusy, TenantQueueFull
 from ingest.lines import line
 from ingest.parser_config import DEFAULT_PARSER_CONFIG, document_config, new_kb_config
 from ingest.pdfpages import PageCounter
@@ -51,6 +53,7 @@ __all__ = [
     "DEFAULT_PARSER_CONFIG",
     "NotFound",
     "PublishError",
+    "SubmitBusy",
     "SubmitResult",
     "SubmittedDocument",
     "cancel",
@@ -70,8 +73,10 @@ BATCH = 1000
 STORE_BATCH_BYTES = 16 << 20  # documents' bytes stored per storage call
 STORE_BATCH_FILES = 256
 MAX_KB_NAME_CHARS = 128
-_DEADLOCK_CODES = (1213, 1205)
-_DEADLOCK_TRIES = 3
+_DEADLOCK_CODES = (1213, 1205)  # deadlock, lock wait timeout
+_DEADLOCK_TRIES = 8  # then SubmitBusy
+_BACKOFF_BASE_S = 0.02  # full jitter: a wait in [0, min(max, base * 2**attempt))
+_BACKOFF_MAX_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -171,6 +176,7 @@ def submit_documents(
     check_tenant(tenant_id)
     if not kb_name or len(kb_name) > MAX_KB_NAME_CHARS:
         raise ValueError(f"a knowledge base name has 1 to {MAX_KB_NAME_CHARS} characters: {kb_name!r}")
+    ids.kb_key(kb_name)  # refuses a name of spaces only
     init_database(settings.db_url)
     sources = list(sources)
     names = source_names(sources)
@@ -179,14 +185,23 @@ def submit_documents(
     limits = tenants.precheck_queue(settings, tenant_id, lambda: _new_documents(kb, names))
     if limits.max_queued:
         tenants.ensure_row(tenant_id)
-    staged, refused = _stage(settings, sources, kb)
+    attempted: list[str] = []  # locations this call stored (or tried to)
+    try:
+        staged, refused = _stage(settings, sources, kb, attempted)
+    except Exception as exc:
+        _delete_unreferenced(settings, attempted)
+        if _is_deadlock(exc):
+            raise SubmitBusy(f"storing the documents' bytes kept deadlocking: {exc}") from exc
+        raise
     if not staged:
         return SubmitResult(kb, kb_name, [], refused, reused=0, published=0, cancelled=0)
     spec = _Spec(settings, kb, kb_name, tenant_id, priority, dict(parser_config or {}), dataflow_id, limits)
     try:
-        plan = _with_deadlock_retry(lambda: _write_rows(spec, staged))
-    except TenantQueueFull as exc:
-        _delete_bytes(settings, exc.orphan_locations)
+        plan = _write_with_retry(spec, staged)
+    except Exception as exc:  # nothing was committed: the bytes this call stored that no row names go
+        orphans = _delete_unreferenced(settings, attempted)
+        if isinstance(exc, TenantQueueFull):
+            exc.orphan_locations = orphans
         raise
     result = SubmitResult(
         kb_id=kb,
@@ -217,17 +232,37 @@ def _new_documents(kb: str, names: Sequence[str]) -> int:
 
 
 def _stage(
-    settings: Settings, sources: Iterable[Source], kb: str
+    settings: Settings, sources: Iterable[Source], kb: str, attempted: list[str]
 ) -> tuple[list[_Staged], list[tuple[str, str]]]:
-    """Read each file, refuse what cannot be enqueued, and store the bytes of the rest. PDFs'
-    pages are counted in a child process (one for the whole call): see :mod:`ingest.pdfpages`."""
+    """Read each file, refuse what cannot be enqueued, and store the bytes of the rest (each
+    location is added to ``attempted`` before it is stored). PDFs' pages are counted in a child
+    process (one for the whole call): see :mod:`ingest.pdfpages`."""
     storage = open_storage(settings.storage_url)
     with PageCounter() as counter:
-        return _stage_with(storage, counter, settings, sources, kb)
+        return _stage_with(storage, counter, settings, sources, kb, attempted)
+
+
+def _put_many(storage: Storage, batch: list[tuple[str, bytes]], attempted: list[str]) -> None:
+    """Store a batch; again after a deadlock (two submits of the same bytes replace the same
+    parts; storing is idempotent)."""
+    attempted.extend(loc for loc, _ in batch)
+    for attempt in range(1, _DEADLOCK_TRIES + 1):
+        try:
+            storage.put_many(batch)
+            return
+        except peewee.DatabaseError as exc:
+            if not _is_deadlock(exc) or attempt == _DEADLOCK_TRIES:
+                raise
+            time.sleep(_backoff_s(attempt))
 
 
 def _stage_with(
-    storage: Storage, counter: PageCounter, settings: Settings, sources: Iterable[Source], kb: str
+    storage: Storage,
+    counter: PageCounter,
+    settings: Settings,
+    sources: Iterable[Source],
+    kb: str,
+    attempted: list[str],
 ) -> tuple[list[_Staged], list[tuple[str, str]]]:
     staged: list[_Staged] = []
     refused: list[tuple[str, str]] = []
@@ -253,10 +288,10 @@ def _stage_with(
         batch.append((location, item.data))
         batch_bytes += len(item.data)
         if batch_bytes >= STORE_BATCH_BYTES or len(batch) >= STORE_BATCH_FILES:
-            storage.put_many(batch)
+            _put_many(storage, batch, attempted)
             batch, batch_bytes = [], 0
     if batch:
-        storage.put_many(batch)
+        _put_many(storage, batch, attempted)
     return staged, refused
 
 
@@ -292,48 +327,80 @@ def _is_deadlock(exc: BaseException | None) -> bool:
     return False
 
 
-def _with_deadlock_retry(work: Any) -> _Plan:
-    """Run ``work`` in one transaction; again (up to three times) when it lost a deadlock."""
+def _backoff_s(attempt: int) -> float:
+    return random.uniform(0.0, min(_BACKOFF_MAX_S, _BACKOFF_BASE_S * 2**attempt))
+
+
+class _KnowledgeBaseGone(Exception):
+    """The knowledge base was removed between ensuring it and locking it: ensure it again."""
+
+
+def _write_with_retry(spec: _Spec, staged: list[_Staged]) -> _Plan:
+    """Ensure the knowledge base (its own statement), then write the rows in one transaction;
+    again, after an exponential backoff with full jitter, when it lost a deadlock or a lock
+    wait; :class:`SubmitBusy` after ``_DEADLOCK_TRIES`` tries."""
+    last: BaseException | None = None
     for attempt in range(1, _DEADLOCK_TRIES + 1):
         try:
+            _ensure_kb(spec)
             with unit():
-                return work()
+                return _write_rows(spec, staged)
+        except _KnowledgeBaseGone as exc:
+            last = exc
         except peewee.DatabaseError as exc:
-            if not _is_deadlock(exc) or attempt == _DEADLOCK_TRIES:
+            if not _is_deadlock(exc):
                 raise
-            log.warning("submit: %s, trying again (%d/%d)", exc, attempt, _DEADLOCK_TRIES)
-    raise AssertionError("unreachable")
+            last = exc
+            log.info("submit: %s, trying again (%d/%d)", exc, attempt, _DEADLOCK_TRIES)
+        if attempt < _DEADLOCK_TRIES:
+            time.sleep(_backoff_s(attempt))
+    raise SubmitBusy(
+        f"submit into knowledge base {spec.kb_name!r} lost to concurrent writers {_DEADLOCK_TRIES} times "
+        f"({last}); nothing was kept, submit again"
+    ) from last
 
 
 def _write_rows(spec: _Spec, staged: list[_Staged]) -> _Plan:
-    """One transaction: knowledge base, superseded tasks cancelled, task rows, document rows;
-    refused (rolled back) when the tenant's queue would pass its cap."""
+    """One transaction: superseded tasks cancelled, task rows, document rows, counts; refused
+    (rolled back) when the tenant's queue would pass its cap.
+
+    Locks in one order, the same in every submit: the tenant's row (only with a queued cap),
+    the knowledge base's row, the documents that exist (by primary key, id order), then their
+    tasks, then chunks. A document that does not exist yet is not locked (a locking read of a
+    missing key takes a gap lock that blocks other submits' inserts); no other submit can
+    insert it meanwhile, since they all wait for the knowledge base's row first."""
     tenants.lock_queue(spec.tenant_id, spec.limits)
-    kb_config = _ensure_kb(spec)
+    kb_config = _lock_kb(spec)
     doc_config = document_config(kb_config, spec.parser_config)
     doc_ids = [s.doc_id for s in staged]
-    lock_documents(doc_ids)
-    existing = _existing_documents(doc_ids)
+    existing = _lock_existing_documents(doc_ids)
     tasks_by_doc: dict[str, list[dict[str, Any]]] = {}
+    incarnations: dict[str, str] = {}
     for s in staged:
-        generation = existing[s.doc_id][0] + 1 if s.doc_id in existing else 1
-        tasks_by_doc[s.doc_id] = _task_rows(spec, s, generation, doc_config)
-    apply_reuse(list(existing), tasks_by_doc)
-    cancelled = cancel_task_rows(
+        old = existing.get(s.doc_id)
+        # A new document (also one of a removed document's name) is a new incarnation: its task
+        # ids (and so its chunk ids) are never those of an earlier one's runs, which may still
+        # be in flight and would otherwise match them, attempt for attempt.
+        incarnations[s.doc_id] = old.incarnation if old is not None else ids.new_id()
+        generation = old.generation + 1 if old is not None else 1
+        tasks_by_doc[s.doc_id] = _task_rows(spec, s, generation, doc_config, incarnations[s.doc_id])
+    cancelled = cancel_task_rows(  # tasks before chunks: the order finishers and chunk writes use
         unfinished_task_ids(list(existing)), "cancelled: the document was submitted again"
     )
+    apply_reuse(list(existing), tasks_by_doc)
     all_tasks = [t for rows in tasks_by_doc.values() for t in rows]
     bulk_insert_into_db(Task, all_tasks, replace_on_conflict=True)
     try:
         tenants.check_queue(spec.tenant_id, spec.limits, sum(t["status"] == QUEUED for t in all_tasks))
     except TenantQueueFull as exc:  # the bytes stored for this call that no document keeps
-        kept = {loc for _, loc in existing.values()}
+        kept = {e.location for e in existing.values()}
         exc.orphan_locations = [s.location for s in staged if s.location not in kept]
         raise
     bulk_insert_into_db(
-        Document, [_document_row(spec, s, tasks_by_doc[s.doc_id], doc_config) for s in staged], True
+        Document,
+        [_document_row(spec, s, tasks_by_doc[s.doc_id], doc_config, incarnations[s.doc_id]) for s in staged],
+        True,
     )
-    lock_documents(doc_ids)  # the new rows too
     recompute_documents(sorted({t["doc_id"] for t in all_tasks if t["status"] == DONE}))
     refresh_kb_counts([spec.kb_id])
     documents = [
@@ -352,7 +419,7 @@ def _write_rows(spec: _Spec, staged: list[_Staged]) -> _Plan:
     ]
     obsolete = [
         loc
-        for doc, (_, loc) in existing.items()
+        for doc, (_, loc, _) in existing.items()
         if loc and loc not in {s.location for s in staged if s.doc_id == doc}
     ]
     return _Plan(
@@ -365,20 +432,51 @@ def _write_rows(spec: _Spec, staged: list[_Staged]) -> _Plan:
     )
 
 
-def _ensure_kb(spec: _Spec) -> dict[str, Any]:
-    now = now_ms()
-    KnowledgeBase.insert(
-        id=spec.kb_id,
-        tenant_id=spec.tenant_id,
-        name=spec.kb_name,
-        parser_config=new_kb_config(spec.parser_config),
-        create_time=now,
-        update_time=now,
-    ).on_conflict_ignore().execute()
-    (config,) = (
-        KnowledgeBase.select(KnowledgeBase.parser_config).where(KnowledgeBase.id == spec.kb_id).tuples().get()
-    )
-    return dict(config or {})
+def _ensure_kb(spec: _Spec) -> None:
+    """The knowledge base's row, in its own autocommit statement before the submit's
+    transaction (an ``INSERT IGNORE`` of an existing row inside it takes a shared lock that the
+    count update must then upgrade: two submits deadlock)."""
+    with connection():
+        if KnowledgeBase.select(KnowledgeBase.id).where(KnowledgeBase.id == spec.kb_id).exists():
+            return
+        now = now_ms()
+        KnowledgeBase.insert(
+            id=spec.kb_id,
+            tenant_id=spec.tenant_id,
+            name=spec.kb_name,
+            parser_config=new_kb_config(spec.parser_config),
+            create_time=now,
+            update_time=now,
+        ).on_conflict_ignore().execute()
+
+
+def _lock_kb(spec: _Spec) -> dict[str, Any]:
+    """``SELECT … FOR UPDATE`` the knowledge base's row; its parser config."""
+    query = KnowledgeBase.select(KnowledgeBase.parser_config).where(KnowledgeBase.id == spec.kb_id)
+    row = lock_for_update(query).tuples().first()
+    if row is None:
+        raise _KnowledgeBaseGone(spec.kb_id)
+    return dict(row[0] or {})
+
+
+class _Existing(NamedTuple):
+    generation: int
+    location: str
+    incarnation: str  # "" for a document written before incarnations (task ids as they were)
+
+
+def _lock_existing_documents(doc_ids: Sequence[str]) -> dict[str, _Existing]:
+    """Lock the documents of ``doc_ids`` that exist, by primary key in id order (record locks
+    only); what they hold as locked."""
+    found = sorted(_existing_documents(doc_ids))
+    locked: dict[str, _Existing] = {}
+    for start in range(0, len(found), BATCH):
+        batch = found[start : start + BATCH]
+        query = Document.select(Document.id, Document.generation, Document.location, Document.incarnation)
+        query = query.where(Document.id.in_(batch)).order_by(Document.id)
+        for did, generation, location, incarnation in lock_for_update(query).tuples():
+            locked[did] = _Existing(int(generation), location, incarnation or "")
+    return locked
 
 
 def _existing_documents(doc_ids: Sequence[str]) -> dict[str, tuple[int, str]]:
@@ -394,13 +492,15 @@ def _existing_documents(doc_ids: Sequence[str]) -> dict[str, tuple[int, str]]:
     return found
 
 
-def _task_rows(spec: _Spec, s: _Staged, generation: int, config: dict[str, Any]) -> list[dict[str, Any]]:
+def _task_rows(
+    spec: _Spec, s: _Staged, generation: int, config: dict[str, Any], incarnation: str
+) -> list[dict[str, Any]]:
     model = ids.model_identity(spec.settings.embedding_model)
     rows = []
     for from_page, to_page in page_ranges(s.page_count, spec.settings.pages_per_task):
         rows.append(
             {
-                "id": ids.task_id(s.doc_id, from_page, to_page, generation),
+                "id": ids.task_id(s.doc_id, from_page, to_page, generation, incarnation),
                 "doc_id": s.doc_id,
                 "kb_id": spec.kb_id,
                 "tenant_id": spec.tenant_id,
@@ -436,7 +536,7 @@ def _task_rows(spec: _Spec, s: _Staged, generation: int, config: dict[str, Any])
 
 
 def _document_row(
-    spec: _Spec, s: _Staged, tasks: list[dict[str, Any]], config: dict[str, Any]
+    spec: _Spec, s: _Staged, tasks: list[dict[str, Any]], config: dict[str, Any], incarnation: str
 ) -> dict[str, Any]:
     n = len(tasks)
     return {
@@ -451,6 +551,7 @@ def _document_row(
         "page_count": s.page_count or 0,
         "parser_config": config,
         "generation": tasks[0]["generation"],
+        "incarnation": incarnation,
         "run": QUEUED,
         "progress": 0.0,
         "progress_msg": f"{n} task(s): {n} queued",
@@ -458,6 +559,30 @@ def _document_row(
         "token_num": 0,
         "process_duration": 0.0,
     }
+
+
+def _delete_unreferenced(settings: Settings, locations: Sequence[str]) -> list[str]:
+    """Remove the bytes at ``locations`` that no document row names (what a failed call had
+    stored); returns those locations. Best effort: a failure here leaves bytes, not a row
+    without them."""
+    wanted = sorted(set(locations))
+    if not wanted:
+        return []
+    try:
+        with connection():
+            named = {
+                loc
+                for start in range(0, len(wanted), BATCH)
+                for (loc,) in Document.select(Document.location)
+                .where(Document.location.in_(wanted[start : start + BATCH]))
+                .tuples()
+            }
+    except peewee.DatabaseError:
+        log.warning("submit failed, and its stored bytes could not be checked; left in place")
+        return []
+    orphans = [loc for loc in wanted if loc not in named]
+    _delete_bytes(settings, orphans)
+    return orphans
 
 
 def _delete_bytes(settings: Settings, locations: list[str]) -> None:

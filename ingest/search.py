@@ -21,6 +21,7 @@ from db.models import Chunk as ChunkRow
 from db.models import Document, KnowledgeBase
 from ingest.embedding import load_embedder
 from ingest.errors import NotFound, PermanentError
+from ingest.ids import kb_id as kb_id_of
 
 BLOCK_ROWS = 4096
 
@@ -49,9 +50,7 @@ def search(
         return []
     init_database(settings.db_url)
     with connection():
-        kb = KnowledgeBase.get_or_none(
-            (KnowledgeBase.tenant_id == tenant_id) & (KnowledgeBase.name == kb_name)
-        )
+        kb = KnowledgeBase.get_or_none(KnowledgeBase.id == kb_id_of(tenant_id, kb_name))
     if kb is None:
         raise NotFound(f"no knowledge base named {kb_name!r} (tenant {tenant_id!r})")
     if not kb.embedding_dim:

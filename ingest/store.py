@@ -3,6 +3,10 @@
 A chunk's id is the xxh128 of its task id and position (``LIFECYCLE.md``), so running a task
 again overwrites its own chunks (upserts, never duplicates) and never touches another
 generation's. A rerun that yields fewer chunks first deletes the positions past its new count.
+Chunk writes are fenced like every other write of a run: in the same transaction the task's
+row is locked and must be ``running`` (under the run's attempt, when given), so a run whose
+document was removed, or whose task was cancelled or taken over, writes nothing
+(:class:`~ingest.errors.TaskLost`).
 Each function here is blocking and one unit of work (its own connection and transaction):
 call it through ``trio.to_thread.run_sync`` under the ``db_limiter``.
 """
@@ -19,10 +23,10 @@ import peewee
 import xxhash
 
 from db.database import is_mysql, lock_for_update, unit
+from db.models import RUNNING, KnowledgeBase, Task, now_ms
 from db.models import Chunk as ChunkRow
-from db.models import KnowledgeBase, now_ms
 from ingest.chunking import Chunk
-from ingest.errors import PermanentError
+from ingest.errors import PermanentError, TaskLost
 
 DEADLOCK_TRIES = 4  # the whole upsert is idempotent: try again at once rather than fail the task
 _DEADLOCK_CODES = (1213, 1205)  # deadlock, lock wait timeout
@@ -55,8 +59,11 @@ def store_chunks(
     chunks: Sequence[Chunk],
     vectors: np.ndarray,
     meta: Sequence[Mapping[str, Any] | None] | None = None,
+    attempt: int | None = None,
 ) -> list[str]:
-    """Upsert a task's chunks in one transaction; return their ids in position order."""
+    """Upsert a task's chunks in one transaction, fenced on the task's row (``running``, and
+    under ``attempt`` when given); return their ids in position order. Raises
+    :class:`TaskLost` (nothing written) when the run no longer holds its task."""
     if len(vectors) != len(chunks):
         raise ValueError(f"{len(chunks)} chunks but {len(vectors)} vectors")
     now = now_ms()
@@ -77,23 +84,41 @@ def store_chunks(
         }
         for i, chunk in enumerate(chunks)
     ]
-    for attempt in range(1, DEADLOCK_TRIES + 1):
+    for tries in range(1, DEADLOCK_TRIES + 1):  # not "attempt": that is the run's, for the fence
         try:
-            _upsert(task_id, rows)
+            _upsert(task_id, rows, attempt)
             break
         except peewee.OperationalError as exc:
-            if attempt == DEADLOCK_TRIES or not exc.args or exc.args[0] not in _DEADLOCK_CODES:
+            if tries == DEADLOCK_TRIES or not exc.args or exc.args[0] not in _DEADLOCK_CODES:
                 raise
-            time.sleep(random.uniform(0.02, 0.1) * attempt)
+            time.sleep(random.uniform(0.02, 0.1) * tries)
     return [row["id"] for row in rows]
 
 
-def _upsert(task_id: str, rows: list[dict[str, Any]]) -> None:
-    """One transaction. Stale positions are found by a plain (non-locking) read and deleted by
-    primary key: a range DELETE on ``task_id`` would take gap locks that deadlock with other
-    tasks inserting their chunks next to it in that index."""
+def _fence(task_id: str, attempt: int | None) -> None:
+    """Lock the task's row by primary key (``rm`` and cancels lock it before they delete or
+    cancel: either they wait for this write and then remove its chunks, or it sees what they
+    did); refuse unless it is running under this run."""
+    query = Task.select(Task.status, Task.attempt).where(Task.id == task_id)
+    row = lock_for_update(query).tuples().first()
+    if row is None:
+        raise TaskLost(f"task {task_id} no longer exists (its document was removed?): chunks not written")
+    status, current = row
+    if status != RUNNING or (attempt is not None and int(current) != int(attempt)):
+        mine = "" if attempt is None else f" under attempt {attempt}"
+        raise TaskLost(
+            f"task {task_id} is {status} (attempt {current}), not running{mine}: chunks not written"
+        )
+
+
+def _upsert(task_id: str, rows: list[dict[str, Any]], attempt: int | None = None) -> None:
+    """One transaction, fenced on the task's row first (task before chunks: the order the
+    finisher and the producer lock in). Stale positions are found by a plain (non-locking) read
+    and deleted by primary key: a range DELETE on ``task_id`` would take gap locks that deadlock
+    with other tasks inserting their chunks next to it in that index."""
     preserve = [ChunkRow._meta.fields[c] for c in _UPDATED_COLUMNS]
     with unit():
+        _fence(task_id, attempt)
         stale = [
             cid
             for (cid,) in ChunkRow.select(ChunkRow.id)

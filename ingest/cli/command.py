@@ -333,9 +333,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--kb", required=True, metavar="NAME")
     sub.add_argument("--tenant", default="default", metavar="ID")
     sub.add_argument("-k", type=int, default=5, metavar="N", help="how many chunks (default 5)")
-    from ingest.cli import dataflow, dead, memory, strikes, tenants
+    from ingest.cli import dataflow, dead, memory, prune, strikes, tenants
 
     tenants.add_verbs(verbs, _global_options)
+    prune.add_verbs(verbs, _global_options)
     dataflow.add_verbs(verbs, _global_options)
     memory.add_verbs(verbs, _global_options)
     dead.add_verbs(verbs, _global_options)

@@ -29,3 +29,19 @@ def test_init_adds_an_index_an_older_schema_lacks(settings):
         names = {i.name: i.columns for i in db.get_indexes("memory_message")}
     assert names["memory_message_memory_id_id"] == ["memory_id", "id"]
     assert not init_schema(settings.db_url).changed
+
+
+def test_hole12_init_replaces_the_unique_kb_name_index_of_an_older_schema(settings):
+    # Names are told apart by the knowledge base's id (ingest.ids.kb_key); a unique index on
+    # (tenant_id, name) under MySQL's collation made "Café" and "Cafe" collide.
+    db = init_database(settings.db_url)
+    index = "knowledge_base_tenant_id_name"
+    with unit():
+        db.execute_sql(f"DROP INDEX {index} ON knowledge_base")
+        db.execute_sql(f"CREATE UNIQUE INDEX {index} ON knowledge_base (tenant_id, name)")
+    report = init_schema(settings.db_url)
+    assert report.added_indexes == [index]
+    with unit():
+        found = {i.name: i.unique for i in db.get_indexes("knowledge_base")}
+    assert found[index] is False
+    assert not init_schema(settings.db_url).changed

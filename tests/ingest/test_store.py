@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from db.database import init_database, unit
+from db.models import RUNNING, KnowledgeBase, Task
 from db.models import Chunk as ChunkRow
-from db.models import KnowledgeBase
 from ingest.chunking import Chunk
 from ingest.errors import PermanentError
 from ingest.store import chunk_id, delete_task_chunks, record_embedding_model, store_chunks, vector_from_bytes
@@ -22,7 +22,16 @@ def any_db(request):
     init_database(s.db_url)
     with unit():
         KnowledgeBase.create(id="kb1", name="kb")
+    running("t1", "t2")
     return s
+
+
+def running(*task_ids: str) -> None:
+    """Task rows running under attempt 1: chunk writes are fenced on them (issue 12, hole 5)."""
+    with unit():
+        Task.insert_many(
+            [{"id": t, "doc_id": "doc1", "status": RUNNING, "attempt": 1} for t in task_ids]
+        ).execute()
 
 
 def chunks(n: int, tag: str = "") -> tuple[list[Chunk], np.ndarray]:
@@ -115,6 +124,7 @@ def test_tasks_storing_at_the_same_time_do_not_deadlock(settings, monkeypatch):
 
     init_database(settings.db_url)
     monkeypatch.setattr(ingest.store, "DEADLOCK_TRIES", 1)
+    running(*(f"task-{n}-{t}" for n in range(12) for t in range(4)))
     errors: list[BaseException] = []
 
     def store(n: int) -> None:
