@@ -129,6 +129,7 @@ def _target(ctx: TaskContext) -> IndexTarget:
         doc_id=ctx.doc["id"],
         task_id=ctx.task_id,
         generation=int(ctx.row.get("generation") or 0),
+        attempt=ctx.attempt,
     )
 
 

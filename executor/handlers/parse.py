@@ -80,6 +80,7 @@ async def parse_task(ctx: TaskContext, service: EmbeddingService, storage: Stora
         generation=int(row.get("generation") or 0),
         chunks=chunks,
         vectors=vectors,
+        attempt=ctx.attempt,  # fenced like every other write of the run
     )
     with span("index", chunks=len(chunks)):
         chunk_ids = await trio.to_thread.run_sync(store, limiter=ctx.limiters.db_limiter)

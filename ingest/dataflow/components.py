@@ -101,6 +101,7 @@ class IndexTarget:
     doc_id: str
     task_id: str
     generation: int
+    attempt: int | None = None  # the run's attempt: its chunk writes are fenced on it
 
 
 @dataclass
@@ -433,6 +434,7 @@ def _record_and_store(
         doc_id=target.doc_id,
         task_id=target.task_id,
         generation=target.generation,
+        attempt=target.attempt,
         chunks=merged.chunks,
         vectors=merged.vectors,
         meta=[m or None for m in merged.meta],
