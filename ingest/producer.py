@@ -158,12 +158,14 @@ def submit_documents(
     priority: int = 0,
     parser_config: Mapping[str, Any] | None = None,
     dataflow_id: str | None = None,
+    follow_links: bool = False,
 ) -> SubmitResult:
     """Enqueue documents into knowledge base ``kb_name`` (created when missing).
 
     ``sources`` are paths (a folder: the files under it, recursively) or ``(name, bytes)``
     pairs. Files that cannot be read, are empty or larger than ``max_doc_bytes`` are refused
-    (listed in the result, not raised); the others are enqueued. Raises ``ValueError`` for a
+    (listed in the result, not raised), and so are symbolic links out of a submitted folder, or
+    named directly, unless ``follow_links`` (:mod:`ingest.sources`); the others are enqueued. Raises ``ValueError`` for a
     bad priority or name, and :class:`PublishError` when Redis refuses after the rows are
     committed (the rows stay queued).
     """
@@ -179,7 +181,7 @@ def submit_documents(
     limits = tenants.precheck_queue(settings, tenant_id, lambda: _new_documents(kb, names))
     if limits.max_queued:
         tenants.ensure_row(tenant_id)
-    staged, refused = _stage(settings, sources, kb)
+    staged, refused = _stage(settings, sources, kb, follow_links)
     if not staged:
         return SubmitResult(kb, kb_name, [], refused, reused=0, published=0, cancelled=0)
     spec = _Spec(settings, kb, kb_name, tenant_id, priority, dict(parser_config or {}), dataflow_id, limits)
@@ -217,24 +219,29 @@ def _new_documents(kb: str, names: Sequence[str]) -> int:
 
 
 def _stage(
-    settings: Settings, sources: Iterable[Source], kb: str
+    settings: Settings, sources: Iterable[Source], kb: str, follow_links: bool = False
 ) -> tuple[list[_Staged], list[tuple[str, str]]]:
     """Read each file, refuse what cannot be enqueued, and store the bytes of the rest. PDFs'
     pages are counted in a child process (one for the whole call): see :mod:`ingest.pdfpages`."""
     storage = open_storage(settings.storage_url)
     with PageCounter() as counter:
-        return _stage_with(storage, counter, settings, sources, kb)
+        return _stage_with(storage, counter, settings, sources, kb, follow_links)
 
 
 def _stage_with(
-    storage: Storage, counter: PageCounter, settings: Settings, sources: Iterable[Source], kb: str
+    storage: Storage,
+    counter: PageCounter,
+    settings: Settings,
+    sources: Iterable[Source],
+    kb: str,
+    follow_links: bool = False,
 ) -> tuple[list[_Staged], list[tuple[str, str]]]:
     staged: list[_Staged] = []
     refused: list[tuple[str, str]] = []
     seen: dict[str, str] = {}
     batch: list[tuple[str, bytes]] = []
     batch_bytes = 0
-    for item in read_sources(sources, settings.max_doc_bytes):
+    for item in read_sources(sources, settings.max_doc_bytes, follow_links=follow_links):
         if isinstance(item, Refusal):
             refused.append((item.origin, item.reason))
             continue

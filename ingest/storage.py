@@ -88,25 +88,36 @@ class DatabaseStorage:
 
 
 class FileStorage:
-    """Bytes as files under a directory every host mounts (written atomically)."""
+    """Bytes as files under a directory every host mounts (written atomically).
+
+    A location never leaves the directory: an empty, absolute or ``..`` location is refused, and
+    so is one whose real path (links resolved) is outside the directory's real path, e.g. a link
+    somebody planted inside it. The final name is opened without following a link at all.
+    """
 
     def __init__(self, root: str) -> None:
         self.root = root
 
     def _path(self, location: str) -> str:
-        path = os.path.normpath(os.path.join(self.root, location))
-        if not path.startswith(os.path.normpath(self.root) + os.sep):
+        """The file's path under the root; ValueError for a location outside it."""
+        parts = location.split("/")
+        if not location or location.startswith("/") or any(p in ("", ".", "..") for p in parts):
             raise ValueError(f"location escapes the storage directory: {location!r}")
+        root = os.path.realpath(self.root)
+        path = os.path.join(root, *parts)
+        if os.path.commonpath([root, os.path.realpath(path)]) != root:
+            raise ValueError(f"location {location!r} resolves outside the storage directory {self.root}")
         return path
 
     def put(self, location: str, data: bytes) -> None:
         path = self._path(location)
         os.makedirs(os.path.dirname(path), exist_ok=True)
+        self._path(location)  # a folder link swapped in while the folders were made
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".part-")
         try:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
-            os.replace(tmp, path)
+            os.replace(tmp, path)  # replaces a link at ``path`` itself, never writes through it
         except BaseException:
             if os.path.exists(tmp):
                 os.unlink(tmp)
@@ -117,7 +128,8 @@ class FileStorage:
             self.put(location, data)
 
     def get(self, location: str) -> bytes:
-        with open(self._path(location), "rb") as fh:
+        fd = os.open(self._path(location), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as fh:
             return fh.read()
 
     def delete(self, location: str) -> None:

@@ -84,6 +84,7 @@ def cmd_submit(settings: Settings, args: argparse.Namespace) -> int:
             tenant_id=args.tenant,
             priority=args.priority,
             dataflow_id=dataflow_id,
+            follow_links=args.follow_links,
         )
     except PublishError as exc:
         partial = getattr(exc, "result", None)
@@ -307,6 +308,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=None, metavar="S", help="with --wait: give up after S s"
     )
     sub.add_argument("--dataflow", metavar="NAME", help="run this dataflow on each file instead of parse")
+    sub.add_argument(
+        "--follow-links",
+        action="store_true",
+        help="read symbolic links wherever they point (default: a link out of a submitted folder, "
+        "or a link named directly, is refused)",
+    )
     sub = verb("status", cmd_status, "Counts of tasks and documents, or one task or document.")
     sub.add_argument("id", nargs="?", metavar="TASK_OR_DOC_ID")
     sub = verb("cancel", cmd_cancel, "Cancel a task, or every unfinished task of a document.")
