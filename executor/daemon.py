@@ -207,11 +207,13 @@ class Daemon:
 
     def _serve(self) -> None:
         """The health probes, and the metrics and health endpoints where their ports are set."""
+        s = self.settings
         self.health.start_probes()
-        if self.settings.metrics_port:
-            self.metrics.serve(self.settings.metrics_port)
-        if self.settings.healthcheck_port:
-            self.health.serve(self.settings.healthcheck_port)
+        if s.metrics_port:
+            self.metrics.serve(s.metrics_port, s.metrics_host)
+            self.health.ports["metrics"] = self.metrics.statistics
+        if s.healthcheck_port:
+            self.health.serve(s.healthcheck_port, s.healthcheck_host)
 
     def _reliability_loops(self, s: Settings) -> None:
         """Leases, reclaim sweeps, the reconciler and recycling (started with the other loops)."""
