@@ -140,7 +140,8 @@ class Daemon:
         with self._signal_receiver() as signals:
             log.info("executor %s starting", self.consumer)
             try:
-                await self._setup()
+                if not await self._start_up(signals):
+                    return
                 async with trio.open_nursery() as nursery:
                     self._nursery = nursery
                     self._start_loops(nursery, signals)
@@ -156,7 +157,42 @@ class Daemon:
             finally:
                 with trio.CancelScope(shield=True), trio.move_on_after(5):
                     await trio.to_thread.run_sync(self._teardown)
-        log.info("executor %s exiting", self.consumer)
+                log.info("executor %s exiting", self.consumer)
+
+    async def _start_up(self, signals: Any) -> bool:
+        """:meth:`_setup`, which may wait for ever for Redis or the database (unreachable, or
+        refusing the password): a signal or :meth:`request_stop` ends it at any point, with a
+        line that says what it was waiting for. False when it was stopped."""
+        stopped = False
+        async with trio.open_nursery() as nursery:
+
+            async def until_stopped() -> None:
+                nonlocal stopped
+                await self._stop.wait()
+                stopped = True
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(until_stopped)
+            if signals is not None:
+                nursery.start_soon(self._signal_during_start_up, signals)
+            await self._setup()
+            nursery.cancel_scope.cancel()
+        return not stopped
+
+    async def _signal_during_start_up(self, signals: Any) -> None:
+        async for signum in signals:
+            waiting = [
+                f"waiting for {o.service}: {o.failures} failed call(s)"
+                for o in (self.redis_outage, self.db_outage)
+                if o.active
+            ]
+            log.info(
+                "%s during start-up: stopping (%s)",
+                signal.Signals(signum).name,
+                "; ".join(waiting) or "nothing was being waited for",
+            )
+            self.request_stop()
+            return
 
     async def _setup(self) -> None:
         s = self.settings
@@ -244,9 +280,13 @@ class Daemon:
         )
 
     async def _until_redis_answers(self, fn: Any, *args: Any) -> None:
+        """Start-up calls: retried while Redis is away; a stop abandons the call in flight (a
+        connect to a host that never answers takes seconds, and nothing waits on its result)."""
         while True:
             try:
-                await self.limiters.redis(fn, *args)
+                await trio.to_thread.run_sync(
+                    fn, *args, limiter=self.limiters.redis_limiter, abandon_on_cancel=True
+                )
             except RETRYABLE_REDIS_ERRORS as exc:
                 await self.redis_outage.backoff(exc)
                 continue
