@@ -29,6 +29,33 @@ def parse_duration(text: str | float | int) -> float:
     return float(match.group(1)) * _UNIT_S[match.group(2)]
 
 
+_SECRET_PARAM = re.compile(
+    r"([?&#;])([^=&#;]*(?:pass|pwd|secret|token|key|auth|credential|sig)[^=&#;]*)=([^&#;]*)", re.IGNORECASE
+)
+
+
+def redact_url(url: str) -> str:
+    """``url`` fit for a log line, a heartbeat or an error message: the password of its userinfo
+    and the value of every query or fragment parameter whose name looks secret (``password``,
+    ``passwd``, ``pwd``, ``secret``, ``token``, ``key``, ``auth``, ``credential``, ``sig``)
+    become ``***``; the rest stays as it was. Works on the raw text, so a password holding an
+    unencoded ``@``, ``/`` or ``?`` is hidden whole (the userinfo ends at its last ``@``)."""
+    url = _SECRET_PARAM.sub(r"\1\2=***", url)
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    ends = [i for i in (rest.find("?"), rest.find("#")) if i >= 0]
+    at = rest.rfind("@", 0, min(ends, default=len(rest)))
+    if at < 0:
+        at = rest.rfind("@")
+        if at >= 0 and "=" in rest[:at]:  # an @ inside a query, not a userinfo
+            at = -1
+    if at < 0:
+        return url
+    user, colon, _password = rest[:at].partition(":")
+    return f"{scheme}://{user}{colon}{'***' if colon else ''}{rest[at:]}"
+
+
 def _default_model() -> str:
     # The package only holds data files; importing it costs nothing (no torch).
     try:
@@ -80,10 +107,12 @@ class Settings:
     pages_per_task: int = field(default=12, metadata={"help": "PDF pages per task"})
     max_doc_bytes: int = field(default=134217728, metadata={"help": "larger files are refused"})
     max_pages: int = field(
-        default=5000, metadata={"help": "PDF pages one document may have; more is refused at submit (0 = no cap)"}
+        default=5000,
+        metadata={"help": "PDF pages one document may have; more is refused at submit (0 = no cap)"},
     )
     worker_max_memory_mb: int = field(
-        default=2048, metadata={"help": "memory a parse worker may use; a document that needs more fails (0 = no cap)"}
+        default=2048,
+        metadata={"help": "memory a parse worker may use; a document that needs more fails (0 = no cap)"},
     )
     parse_timeout_s: float = field(
         default=900.0, metadata={"help": "time one parser or dataflow component may spend on one document"}
@@ -119,7 +148,8 @@ class Settings:
         default=5, metadata={"help": "tasks one tenant may run at once, fleet-wide (0 = paused)"}
     )
     tenant_max_queued: int = field(
-        default=0, metadata={"help": "unfinished tasks one tenant may have; over it a submit is refused (0 = no cap)"}
+        default=0,
+        metadata={"help": "unfinished tasks one tenant may have; over it a submit is refused (0 = no cap)"},
     )
     tenant_max_docs: int = field(
         default=0, metadata={"help": "documents one submission may hold (0 = no cap)"}
@@ -129,7 +159,8 @@ class Settings:
         default=14400.0, metadata={"help": "how long a finished task's result is kept"}
     )
     single_use_results: bool = field(
-        default=True, metadata={"help": "a fetched result expires result_removal_delay_s after its first fetch"}
+        default=True,
+        metadata={"help": "a fetched result expires result_removal_delay_s after its first fetch"},
     )
     result_removal_delay_s: float = field(
         default=300.0, metadata={"help": "life of a single-use result after its first fetch"}

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Protocol
 from urllib.parse import unquote, urlparse
 
+from db.config import redact_url
 from db.database import unit
 from db.models import DocumentBlob
 
@@ -144,4 +145,6 @@ def open_storage(storage_url: str) -> Storage:
     parsed = urlparse(storage_url)
     if parsed.scheme == "file":
         return FileStorage(unquote(parsed.path))
-    raise ValueError(f"unsupported INGEST_STORAGE_URL {storage_url!r}: use file:///DIR or leave it empty")
+    raise ValueError(
+        f"unsupported INGEST_STORAGE_URL {redact_url(storage_url)!r}: use file:///DIR or leave it empty"
+    )

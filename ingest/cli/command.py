@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from db.config import Settings
+from db.config import Settings, redact_url
 from ingest.cli.common import EXIT_FAILED, EXIT_OK, err, json_out, new_console
 
 _MYSQL_UNREACHABLE = {2002, 2003, 2005, 2006, 2013, 2055}
@@ -41,7 +40,7 @@ def cmd_init(settings: Settings, args: argparse.Namespace) -> int:
     finally:
         client.close()
     data = {
-        "database": _redact(settings.db_url),
+        "database": redact_url(settings.db_url),
         "created_database": report.created_database,
         "created_tables": report.created_tables,
         "added_columns": report.added_columns,
@@ -143,7 +142,7 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
         data["redis"] = st.redis_summary(settings)
         data["tenants"] = [s.to_dict() for s in standings(settings)]
     except redis.RedisError as exc:
-        data["redis"] = {"error": f"Redis unreachable at {_redact(settings.redis_url)}: {exc}"}
+        data["redis"] = {"error": f"Redis unreachable at {redact_url(settings.redis_url)}: {exc}"}
         err(data["redis"]["error"])
         code = EXIT_FAILED
     if args.json:
@@ -353,10 +352,6 @@ def build_parser() -> argparse.ArgumentParser:
 # -- errors --------------------------------------------------------------------------------
 
 
-def _redact(url: str) -> str:
-    return re.sub(r"//([^:/@]*):[^@/]*@", r"//\1:***@", url)
-
-
 def _db_code(exc: BaseException) -> int | None:
     for candidate in (exc, exc.__cause__, exc.__context__):
         args = getattr(candidate, "args", ())
@@ -373,8 +368,8 @@ def explain(exc: BaseException, settings: Settings | None) -> str | None:
 
     from ingest.errors import IngestError
 
-    db_url = _redact(settings.db_url) if settings else "the database"
-    redis_url = _redact(settings.redis_url) if settings else "Redis"
+    db_url = redact_url(settings.db_url) if settings else "the database"
+    redis_url = redact_url(settings.redis_url) if settings else "Redis"
     if isinstance(exc, (IngestError, LookupError)):
         return str(exc).strip("'\"") if isinstance(exc, KeyError) else str(exc)
     if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
