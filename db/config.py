@@ -107,12 +107,10 @@ class Settings:
     pages_per_task: int = field(default=12, metadata={"help": "PDF pages per task"})
     max_doc_bytes: int = field(default=134217728, metadata={"help": "larger files are refused"})
     max_pages: int = field(
-        default=5000,
-        metadata={"help": "PDF pages one document may have; more is refused at submit (0 = no cap)"},
+        default=5000, metadata={"help": "PDF pages one document may have; more is refused at submit (0 = no cap)"}
     )
     worker_max_memory_mb: int = field(
-        default=2048,
-        metadata={"help": "memory a parse worker may use; a document that needs more fails (0 = no cap)"},
+        default=2048, metadata={"help": "memory a parse worker may use; a document that needs more fails (0 = no cap)"}
     )
     parse_timeout_s: float = field(
         default=900.0, metadata={"help": "time one parser or dataflow component may spend on one document"}
@@ -148,8 +146,7 @@ class Settings:
         default=5, metadata={"help": "tasks one tenant may run at once, fleet-wide (0 = paused)"}
     )
     tenant_max_queued: int = field(
-        default=0,
-        metadata={"help": "unfinished tasks one tenant may have; over it a submit is refused (0 = no cap)"},
+        default=0, metadata={"help": "unfinished tasks one tenant may have; over it a submit is refused (0 = no cap)"}
     )
     tenant_max_docs: int = field(
         default=0, metadata={"help": "documents one submission may hold (0 = no cap)"}
@@ -159,8 +156,7 @@ class Settings:
         default=14400.0, metadata={"help": "how long a finished task's result is kept"}
     )
     single_use_results: bool = field(
-        default=True,
-        metadata={"help": "a fetched result expires result_removal_delay_s after its first fetch"},
+        default=True, metadata={"help": "a fetched result expires result_removal_delay_s after its first fetch"}
     )
     result_removal_delay_s: float = field(
         default=300.0, metadata={"help": "life of a single-use result after its first fetch"}

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from db.config import Settings, redact_url
-from ingest.cli.common import EXIT_FAILED, EXIT_OK, err, json_out, new_console
+from ingest.cli.common import EXIT_FAILED, EXIT_OK, err, json_out, new_console, out
 
 _MYSQL_UNREACHABLE = {2002, 2003, 2005, 2006, 2013, 2055}
 
@@ -165,7 +165,7 @@ def cmd_cancel(settings: Settings, args: argparse.Namespace) -> int:
     if args.json:
         json_out(result.to_dict())
     elif result.task_ids:
-        print(f"cancelled {len(result.task_ids)} task(s) of {result.target} {args.id}")
+        out(f"cancelled {len(result.task_ids)} task(s) of {result.target} {args.id}")
     if not result.task_ids:
         err(f"nothing to cancel: {result.target} {args.id} has no queued, running or held task")
         return EXIT_FAILED
@@ -182,7 +182,7 @@ def cmd_retry(settings: Settings, args: argparse.Namespace) -> int:
         json_out(result.to_dict())
     else:
         live = len(result.task_ids) - result.published
-        print(
+        out(
             f"re-queued {len(result.task_ids)} task(s): {result.published} published, {live} still had a stream entry"
         )
     return EXIT_FAILED if result.skipped else EXIT_OK
@@ -200,7 +200,7 @@ def cmd_rm(settings: Settings, args: argparse.Namespace) -> int:
     if args.json:
         json_out(result.to_dict())
     else:
-        print(
+        out(
             f"removed {what}: {len(result.doc_ids)} document(s), {result.tasks_removed} task(s), "
             f"{result.chunks_removed} chunk(s); {len(result.cancelled)} unfinished task(s) cancelled"
         )
