@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import tempfile
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Protocol
 from urllib.parse import unquote, urlparse
+
+import peewee
 
 from db.config import redact_url
 from db.database import unit
@@ -22,6 +26,7 @@ from db.models import DocumentBlob
 
 PART_BYTES = 1 << 20  # 1 MiB: well under max_allowed_packet (16 MiB by default)
 STATEMENT_BYTES = 4 << 20  # parts per INSERT: escaped, still well under the packet limit
+DEADLOCK_TRIES = 4  # a write that lost a deadlock (InnoDB rolled it back whole) runs again
 
 
 class Storage(Protocol):
@@ -35,6 +40,24 @@ def location_for(kb_id: str, doc_id: str, content_hash: str) -> str:
     return f"{kb_id}/{doc_id}/{content_hash}"
 
 
+def _deadlocked(exc: BaseException) -> bool:
+    args = getattr(exc, "args", ())
+    return bool(args) and args[0] in (1213, 1205)  # deadlock, lock wait timeout
+
+
+def _retrying_deadlocks(write: Callable[[], None]) -> None:
+    """``write`` (one whole transaction) again when it lost a deadlock: parallel submits delete
+    absent parts (gap locks) and insert into the same gaps, and InnoDB picks one to roll back."""
+    for attempt in range(1, DEADLOCK_TRIES + 1):
+        try:
+            write()
+            return
+        except peewee.OperationalError as exc:
+            if not _deadlocked(exc) or attempt == DEADLOCK_TRIES:
+                raise
+            time.sleep(random.uniform(0.01, 0.05) * attempt)  # noqa: S311 - jitter, not a secret
+
+
 class DatabaseStorage:
     """Bytes in the ``document_blob`` table; each call is its own transaction."""
 
@@ -43,15 +66,21 @@ class DatabaseStorage:
             {"location": location, "part": i, "data": data[off : off + PART_BYTES]}
             for i, off in enumerate(range(0, max(len(data), 1), PART_BYTES))
         ]
-        with unit():
-            DocumentBlob.delete().where(DocumentBlob.location == location).execute()
-            for row in rows:  # one statement a part keeps each packet small
-                DocumentBlob.insert(row).execute()
+
+        def write() -> None:
+            with unit():
+                DocumentBlob.delete().where(DocumentBlob.location == location).execute()
+                for row in rows:  # one statement a part keeps each packet small
+                    DocumentBlob.insert(row).execute()
+
+        _retrying_deadlocks(write)
 
     def put_many(self, items: Sequence[tuple[str, bytes]]) -> None:
         """Store several documents in one transaction, several parts per statement."""
-        if not items:
-            return
+        if items:
+            _retrying_deadlocks(lambda: self._put_many(items))
+
+    def _put_many(self, items: Sequence[tuple[str, bytes]]) -> None:
         with unit():
             locations = sorted({loc for loc, _ in items})
             for start in range(0, len(locations), 1000):
