@@ -322,7 +322,7 @@ class Daemon:
         self._background(self.runner.run, self.book.start(claimed, committed))
 
     def _background(self, fn: Any, *args: Any) -> None:
-        assert self._nursery is not None
+        assert self._nursery is not None  # noqa: S101  narrows the type: run() sets it before any spawn
         self._nursery.start_soon(fn, *args)
 
     def _on_lost(self, task_id: str, reason: str, attempt: int) -> None:
