@@ -164,6 +164,7 @@ class Daemon:
         refusing the password): a signal or :meth:`request_stop` ends it at any point, with a
         line that says what it was waiting for. False when it was stopped."""
         stopped = False
+        error: Exception | None = None
         async with trio.open_nursery() as nursery:
 
             async def until_stopped() -> None:
@@ -175,8 +176,13 @@ class Daemon:
             nursery.start_soon(until_stopped)
             if signals is not None:
                 nursery.start_soon(self._signal_during_start_up, signals)
-            await self._setup()
+            try:
+                await self._setup()
+            except Exception as exc:  # raised below, as it is (a nursery would wrap it in a group)
+                error = exc
             nursery.cancel_scope.cancel()
+        if error is not None:
+            raise error
         return not stopped
 
     async def _signal_during_start_up(self, signals: Any) -> None:
