@@ -11,6 +11,7 @@ import urllib.request
 
 import orjson
 
+from ingest.cli.render import health_text
 from tests.helpers import wait_until
 from tests.observe import wait_health
 from tests.procs import ExecutorProcess, free_port
@@ -87,6 +88,9 @@ def test_half_sent_requests_hold_no_threads_and_normal_clients_are_still_answere
             assert serving["health"]["open"] <= serving["health"]["max_connections"]
             assert serving["health"]["shed"] > 0 and serving["metrics"]["shed"] > 0
             assert any("shedding" in w for w in health["warnings"]), health
+            # and the heartbeat says so, for `ingest fleet` (without calling the executor unhealthy)
+            beat = wait_until(lambda: (b := proc.heartbeat()) and b["health"].get("warnings") and b, 5)
+            assert beat["health"]["ok"] and "ok (warning: " in health_text(beat["health"])
             status, body = _get(f"http://127.0.0.1:{metrics_port}/metrics")
             assert status == 200 and b"ingest_tasks_running" in body
             # the slow clients are let go after the socket timeout
