@@ -98,17 +98,27 @@ class SmallServer:
     # -- the loop --------------------------------------------------------------------------
     def _serve(self) -> None:
         while not self._stop:
-            now = time.monotonic()
-            timeout = min((c.deadline for c in self._conns.values()), default=now + 1.0) - now
-            for key, events in self._selector.select(timeout=max(0.0, min(timeout, 1.0))):
-                if key.fileobj is self._listener:
-                    self._accept()
-                elif key.fileobj is self._wake_r:
-                    with contextlib.suppress(OSError):
-                        self._wake_r.recv(64)
-                else:
-                    self._ready(key.data, events)
-            self._expire(time.monotonic())
+            try:
+                self._turn()
+            except Exception:  # a bug here must not leave the port accepting into a dead loop
+                log.exception("%s: serving failed; dropping every connection and going on", self.name)
+                for conn in list(self._conns.values()):
+                    self._drop(conn)
+                time.sleep(0.1)
+
+    def _turn(self) -> None:
+        """One select: accept, read, answer, then cut the clients past their deadline."""
+        now = time.monotonic()
+        timeout = min((c.deadline for c in self._conns.values()), default=now + 1.0) - now
+        for key, events in self._selector.select(timeout=max(0.0, min(timeout, 1.0))):
+            if key.fileobj is self._listener:
+                self._accept()
+            elif key.fileobj is self._wake_r:
+                with contextlib.suppress(OSError):
+                    self._wake_r.recv(64)
+            else:
+                self._ready(key.data, events)
+        self._expire(time.monotonic())
 
     def _accept(self) -> None:
         for _ in range(64):  # at most this many a turn, so the open ones are served too
@@ -139,7 +149,9 @@ class SmallServer:
             self._timed_out += 1
 
     def _drop(self, conn: _Conn) -> None:
-        if self._conns.pop(conn.sock.fileno(), None) is not None:
+        fd = conn.sock.fileno()
+        if fd >= 0 and self._conns.get(fd) is conn:
+            del self._conns[fd]
             with contextlib.suppress(KeyError, ValueError):
                 self._selector.unregister(conn.sock)
         conn.sock.close()
