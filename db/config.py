@@ -29,6 +29,33 @@ def parse_duration(text: str | float | int) -> float:
     return float(match.group(1)) * _UNIT_S[match.group(2)]
 
 
+_SECRET_PARAM = re.compile(
+    r"([?&#;])([^=&#;]*(?:pass|pwd|secret|token|key|auth|credential|sig)[^=&#;]*)=([^&#;]*)", re.IGNORECASE
+)
+
+
+def redact_url(url: str) -> str:
+    """``url`` fit for a log line, a heartbeat or an error message: the password of its userinfo
+    and the value of every query or fragment parameter whose name looks secret (``password``,
+    ``passwd``, ``pwd``, ``secret``, ``token``, ``key``, ``auth``, ``credential``, ``sig``)
+    become ``***``; the rest stays as it was. Works on the raw text, so a password holding an
+    unencoded ``@``, ``/`` or ``?`` is hidden whole (the userinfo ends at its last ``@``)."""
+    url = _SECRET_PARAM.sub(r"\1\2=***", url)
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    ends = [i for i in (rest.find("?"), rest.find("#")) if i >= 0]
+    at = rest.rfind("@", 0, min(ends, default=len(rest)))
+    if at < 0:
+        at = rest.rfind("@")
+        if at >= 0 and "=" in rest[:at]:  # an @ inside a query, not a userinfo
+            at = -1
+    if at < 0:
+        return url
+    user, colon, _password = rest[:at].partition(":")
+    return f"{scheme}://{user}{colon}{'***' if colon else ''}{rest[at:]}"
+
+
 def _default_model() -> str:
     # The package only holds data files; importing it costs nothing (no torch).
     try:

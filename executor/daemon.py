@@ -153,7 +153,8 @@ class Daemon:
         with self._signal_receiver() as signals:
             log.info("executor %s starting", self.consumer)
             try:
-                await self._setup()
+                if not await self._start_up(signals):
+                    return
                 async with trio.open_nursery() as nursery:
                     self._nursery = nursery
                     self._start_loops(nursery, signals)
@@ -169,7 +170,48 @@ class Daemon:
             finally:
                 with trio.CancelScope(shield=True), trio.move_on_after(5):
                     await trio.to_thread.run_sync(self._teardown)
-        log.info("executor %s exiting", self.consumer)
+                log.info("executor %s exiting", self.consumer)
+
+    async def _start_up(self, signals: Any) -> bool:
+        """:meth:`_setup`, which may wait for ever for Redis or the database (unreachable, or
+        refusing the password): a signal or :meth:`request_stop` ends it at any point, with a
+        line that says what it was waiting for. False when it was stopped."""
+        stopped = False
+        error: Exception | None = None
+        async with trio.open_nursery() as nursery:
+
+            async def until_stopped() -> None:
+                nonlocal stopped
+                await self._stop.wait()
+                stopped = True
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(until_stopped)
+            if signals is not None:
+                nursery.start_soon(self._signal_during_start_up, signals)
+            try:
+                await self._setup()
+            except Exception as exc:  # raised below, as it is (a nursery would wrap it in a group)
+                error = exc
+            nursery.cancel_scope.cancel()
+        if error is not None:
+            raise error
+        return not stopped
+
+    async def _signal_during_start_up(self, signals: Any) -> None:
+        async for signum in signals:
+            waiting = [
+                f"waiting for {o.service}: {o.failures} failed call(s)"
+                for o in (self.redis_outage, self.db_outage)
+                if o.active
+            ]
+            log.info(
+                "%s during start-up: stopping (%s)",
+                signal.Signals(signum).name,
+                "; ".join(waiting) or "nothing was being waited for",
+            )
+            self.request_stop()
+            return
 
     async def _setup(self) -> None:
         s = self.settings
@@ -220,11 +262,13 @@ class Daemon:
 
     def _serve(self) -> None:
         """The health probes, and the metrics and health endpoints where their ports are set."""
+        s = self.settings
         self.health.start_probes()
-        if self.settings.metrics_port:
-            self.metrics.serve(self.settings.metrics_port)
-        if self.settings.healthcheck_port:
-            self.health.serve(self.settings.healthcheck_port)
+        if s.metrics_port:
+            self.metrics.serve(s.metrics_port, s.metrics_host)
+            self.health.ports["metrics"] = self.metrics.statistics
+        if s.healthcheck_port:
+            self.health.serve(s.healthcheck_port, s.healthcheck_host)
 
     def _reliability_loops(self, s: Settings) -> None:
         """Leases, reclaim sweeps, the reconciler and recycling (started with the other loops)."""
@@ -255,9 +299,13 @@ class Daemon:
         )
 
     async def _until_redis_answers(self, fn: Any, *args: Any) -> None:
+        """Start-up calls: retried while Redis is away; a stop abandons the call in flight (a
+        connect to a host that never answers takes seconds, and nothing waits on its result)."""
         while True:
             try:
-                await self.limiters.redis(fn, *args)
+                await trio.to_thread.run_sync(
+                    fn, *args, limiter=self.limiters.redis_limiter, abandon_on_cancel=True
+                )
             except RETRYABLE_REDIS_ERRORS as exc:
                 await self.redis_outage.backoff(exc)
                 continue
@@ -295,7 +343,7 @@ class Daemon:
         self._background(self.runner.run, self.book.start(claimed, committed))
 
     def _background(self, fn: Any, *args: Any) -> None:
-        assert self._nursery is not None
+        assert self._nursery is not None  # noqa: S101  narrows the type: run() sets it before any spawn
         self._nursery.start_soon(fn, *args)
 
     def _name_lost(self) -> None:

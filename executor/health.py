@@ -10,6 +10,11 @@ otherwise 503 with the reasons in the body:
   connection of its own; the endpoint only reads the cached results, so it is cheap);
 - the executor is not draining.
 
+The ``serving`` check says what this executor's own ports could not serve: connections shed at
+the cap or cut for being slow (:mod:`executor.serving`), per port, and the process's thread
+count. It is a warning (``warnings``, also in the heartbeat), not a reason for 503: a flood of
+idle connections on a port is no reason to restart an executor that works.
+
 The same verdict goes into the heartbeat (``health``), so ``ingest fleet`` shows it per executor.
 ``python -m executor.health`` checks every executor of this host (the compose health check).
 """
@@ -26,8 +31,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import orjson
@@ -36,6 +41,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from db.database import DbUrl
+from executor.serving import SHED_RECENT_S, ServingStatistics, SmallServer
 
 log = logging.getLogger("executor.health")
 
@@ -139,7 +145,8 @@ class Health:
         self._probes: dict[str, Any] = {"redis": RedisProbe(redis_url), "database": DatabaseProbe(db_url)}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._server: ThreadingHTTPServer | None = None
+        self._server: SmallServer | None = None
+        self.ports: dict[str, Callable[[], ServingStatistics | None]] = {}  # port name → its statistics
 
     # -- the loop's side ------------------------------------------------------------------
     def tick(self) -> None:
@@ -199,6 +206,7 @@ class Health:
                 reasons.append(why)
         if self.draining:
             reasons.append("draining")
+        checks["serving"], warnings = self._serving()
         healthy = not reasons
         body = {
             "status": "ok" if healthy else "unhealthy",
@@ -206,50 +214,49 @@ class Health:
             "draining": self.draining,
             "checks": checks,
             "reasons": reasons,
+            "warnings": warnings,
         }
         return healthy, body
+
+    def _serving(self) -> tuple[dict[str, Any], list[str]]:
+        """What the ports could not serve (shed at their cap, cut for being slow), and the threads."""
+        check: dict[str, Any] = {"threads": threading.active_count()}
+        warnings: list[str] = []
+        for name, statistics in self.ports.items():
+            stats = statistics()
+            if stats is None:
+                continue
+            check[name] = asdict(stats)
+            if stats.last_shed_s is not None and stats.last_shed_s < SHED_RECENT_S:
+                warnings.append(
+                    f"{name} port: at its cap of {stats.max_connections} connections, shedding the "
+                    f"oldest ({stats.shed} so far, {stats.timed_out} cut after the client timeout)"
+                )
+        check["ok"] = not warnings
+        return check, warnings
 
     def summary(self) -> dict[str, Any]:
         """The heartbeat's ``health`` field."""
         healthy, body = self.verdict()
-        return {"ok": healthy, "reasons": body["reasons"]}
+        return {"ok": healthy, "reasons": body["reasons"], "warnings": body["warnings"]}
 
     # -- serving ----------------------------------------------------------------------------
-    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
-        health = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                if self.path.split("?", 1)[0] not in ("/", "/health", "/healthz"):
-                    self._reply(404, {"error": "not found: GET / for the health check"})
-                    return
-                healthy, body = health.verdict()
-                self._reply(200 if healthy else 503, body)
-
-            def _reply(self, code: int, body: dict[str, Any]) -> None:
-                data = orjson.dumps(body)
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                pass  # a probe every few seconds is not worth a log line
-
-        server = ThreadingHTTPServer((addr, port), Handler)
-        server.daemon_threads = True
-        self._server = server
-        thread = threading.Thread(target=server.serve_forever, name="health-http", daemon=True)
-        thread.start()
-        self._threads.append(thread)
+    def serve(self, port: int, addr: str = "127.0.0.1") -> None:
+        """Answer ``GET /`` on ``addr:port`` from one thread (:mod:`executor.serving`)."""
+        self._server = SmallServer(addr, port, self._route, name="health-http")
+        self.ports["health"] = self._server.statistics
         log.info("health check on http://%s:%d/", addr, port)
+
+    def _route(self, path: str) -> tuple[int, str, bytes]:
+        if path not in ("/", "/health", "/healthz"):
+            return 404, "application/json", orjson.dumps({"error": "not found: GET / for the health check"})
+        healthy, body = self.verdict()
+        return 200 if healthy else 503, "application/json", orjson.dumps(body)
 
     def close(self) -> None:
         self._stop.set()
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.close()
             self._server = None
 
 

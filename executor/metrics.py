@@ -29,11 +29,19 @@ from typing import Any
 
 import redis
 import trio
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
 from db.keys import Keys
+from executor.serving import ServingStatistics, SmallServer
 
 log = logging.getLogger("executor.metrics")
 
@@ -168,8 +176,7 @@ class Metrics:
         ).labels(consumer)
         self._types: dict[str, _TypeSeries] = {}
         self._known: frozenset[str] = frozenset()
-        self._server: Any = None
-        self._thread: Any = None
+        self._server: SmallServer | None = None
 
     # -- series per task type -----------------------------------------------------------------
     def _of(self, task_type: str) -> _TypeSeries:
@@ -236,15 +243,24 @@ class Metrics:
         self.strikes_in_effect.set(count)
 
     # -- serving ------------------------------------------------------------------------------
-    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
-        """Serve ``/metrics`` from a daemon thread (prometheus-client's WSGI server)."""
-        self._server, self._thread = start_http_server(port, addr=addr, registry=self.registry)
+    def serve(self, port: int, addr: str = "127.0.0.1") -> None:
+        """Serve ``/metrics`` on ``addr:port`` from one thread (:mod:`executor.serving`: bounded,
+        slow clients cut; prometheus-client's own server holds a thread per connection)."""
+        self._server = SmallServer(addr, port, self._route, name="metrics-http")
         log.info("metrics on http://%s:%d/metrics", addr, port)
+
+    def _route(self, path: str) -> tuple[int, str, bytes]:
+        if path not in ("/", "/metrics"):
+            return 404, "text/plain", b"not found: GET /metrics\n"
+        return 200, CONTENT_TYPE_LATEST, generate_latest(self.registry)
+
+    def statistics(self) -> ServingStatistics | None:
+        """What the metrics port could not serve; None when it is not served."""
+        return self._server.statistics() if self._server is not None else None
 
     def close(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.close()
             self._server = None
 
     # -- fleet-wide gauges ----------------------------------------------------------------------
@@ -321,8 +337,11 @@ class NoMetrics:
     def strikes(self, count: int) -> None:
         pass
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+    def serve(self, port: int, addr: str = "127.0.0.1") -> None:
         pass
+
+    def statistics(self) -> None:
+        return None
 
     def close(self) -> None:
         pass

@@ -21,7 +21,7 @@ from db.keys import Keys
 from db.streams import RETRYABLE_REDIS_ERRORS
 from executor.context import Limiters
 from executor.outage import Outage
-from ingest.strikes import Rule, load_active, mirrored_version
+from ingest.strikes import Rule, load_active, mirrored_version, non_finite
 
 log = logging.getLogger("executor.strikes")
 
@@ -80,6 +80,13 @@ class StrikeBook:
         if changed:
             text = "; ".join(r.describe() for r in rules) or "none"
             log.info("strike rules now in effect (version %s): %s", version, text)
+            for rule in rules:
+                if rule.field and non_finite(rule.value):  # stored by an older release, or by hand
+                    log.warning(
+                        "%s holds nothing: %r is not a finite number and is never compared",
+                        rule.describe(),
+                        rule.value,
+                    )
         if self.on_change is not None:
             self.on_change(len(rules))
         return 0.0

@@ -163,14 +163,18 @@ def submit_documents(
     priority: int = 0,
     parser_config: Mapping[str, Any] | None = None,
     dataflow_id: str | None = None,
+    follow_links: bool = False,
 ) -> SubmitResult:
     """Enqueue documents into knowledge base ``kb_name`` (created when missing).
 
     ``sources`` are paths (a folder: the files under it, recursively) or ``(name, bytes)``
     pairs. Files that cannot be read, are empty or larger than ``max_doc_bytes`` are refused
-    (listed in the result, not raised); the others are enqueued. Raises ``ValueError`` for a
-    bad priority or name, and :class:`PublishError` when Redis refuses after the rows are
-    committed (the rows stay queued).
+    (listed in the result, not raised), and so are symbolic links out of a submitted folder, or
+    named directly, unless ``follow_links`` (:mod:`ingest.sources`); the others are enqueued.
+    Raises ``ValueError`` for a bad priority or name, :class:`PublishError` when Redis refuses
+    after the rows are committed (the rows stay queued), a :class:`LimitExceeded` when a tenant's
+    limit refuses the submission (nothing written) and :class:`SubmitBusy` when it kept losing
+    deadlocks (retryable; nothing written).
     """
     check_priority(priority)
     check_tenant(tenant_id)
@@ -187,7 +191,7 @@ def submit_documents(
         tenants.ensure_row(tenant_id)
     attempted: list[str] = []  # locations this call stored (or tried to)
     try:
-        staged, refused = _stage(settings, sources, kb, attempted)
+        staged, refused = _stage(settings, sources, kb, attempted, follow_links)
     except Exception as exc:
         _delete_unreferenced(settings, attempted)
         if _is_deadlock(exc):
@@ -232,14 +236,18 @@ def _new_documents(kb: str, names: Sequence[str]) -> int:
 
 
 def _stage(
-    settings: Settings, sources: Iterable[Source], kb: str, attempted: list[str]
+    settings: Settings,
+    sources: Iterable[Source],
+    kb: str,
+    attempted: list[str],
+    follow_links: bool = False,
 ) -> tuple[list[_Staged], list[tuple[str, str]]]:
     """Read each file, refuse what cannot be enqueued, and store the bytes of the rest (each
     location is added to ``attempted`` before it is stored). PDFs' pages are counted in a child
     process (one for the whole call): see :mod:`ingest.pdfpages`."""
     storage = open_storage(settings.storage_url)
     with PageCounter() as counter:
-        return _stage_with(storage, counter, settings, sources, kb, attempted)
+        return _stage_with(storage, counter, settings, sources, kb, attempted, follow_links)
 
 
 def _put_many(storage: Storage, batch: list[tuple[str, bytes]], attempted: list[str]) -> None:
@@ -263,13 +271,14 @@ def _stage_with(
     sources: Iterable[Source],
     kb: str,
     attempted: list[str],
+    follow_links: bool = False,
 ) -> tuple[list[_Staged], list[tuple[str, str]]]:
     staged: list[_Staged] = []
     refused: list[tuple[str, str]] = []
     seen: dict[str, str] = {}
     batch: list[tuple[str, bytes]] = []
     batch_bytes = 0
-    for item in read_sources(sources, settings.max_doc_bytes):
+    for item in read_sources(sources, settings.max_doc_bytes, follow_links=follow_links):
         if isinstance(item, Refusal):
             refused.append((item.origin, item.reason))
             continue
@@ -328,7 +337,7 @@ def _is_deadlock(exc: BaseException | None) -> bool:
 
 
 def _backoff_s(attempt: int) -> float:
-    return random.uniform(0.0, min(_BACKOFF_MAX_S, _BACKOFF_BASE_S * 2**attempt))
+    return random.uniform(0.0, min(_BACKOFF_MAX_S, _BACKOFF_BASE_S * 2**attempt))  # noqa: S311 - backoff jitter, not a secret
 
 
 class _KnowledgeBaseGone(Exception):

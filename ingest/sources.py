@@ -1,9 +1,18 @@
 """What ``submit`` was given, read in the submitting process: paths, folders, (name, bytes) pairs.
 
 Each source becomes a :class:`SourceFile` (its document name and bytes) or a :class:`Refusal`
-naming it and saying why: it cannot be read, is not a regular file, is empty, or is larger than
-``INGEST_MAX_DOC_BYTES``. Content problems (a corrupt PDF) are not found here: the parser fails
-the task. Files are yielded one at a time so a large folder is never held in memory at once.
+naming it and saying why: it cannot be read, is not a regular file, is empty, is larger than
+``INGEST_MAX_DOC_BYTES``, or is reached through a symbolic link the submitter did not allow.
+Content problems (a corrupt PDF) are not found here: the parser fails the task. Files are
+yielded one at a time so a large folder is never held in memory at once.
+
+Symbolic links (issue 17): whoever can write into a submitted folder must not be able to make
+the submitting process read something else it can read (``/etc/shadow``, another tenant's
+upload). Unless ``follow_links``: a file under a folder whose real path (every link resolved,
+checked on the file actually opened) is outside the folder's real path is refused; a path named
+directly that is itself a link (file or folder) is refused, since a glob (``ingest submit
+/uploads/*``) names links nobody chose. Links that stay inside the folder are read. Linked
+folders inside a folder are never descended (no loops), with or without ``follow_links``.
 """
 
 from __future__ import annotations
@@ -31,18 +40,31 @@ class Refusal:
     reason: str
 
 
-def read_sources(sources: Iterable[Source], max_doc_bytes: int) -> Iterator[SourceFile | Refusal]:
-    """Yield each file named by ``sources`` (a folder: its files, recursively) or its refusal."""
+FOLLOW_HINT = "--follow-links (follow_links=True) allows it"
+
+
+def read_sources(
+    sources: Iterable[Source], max_doc_bytes: int, *, follow_links: bool = False
+) -> Iterator[SourceFile | Refusal]:
+    """Yield each file named by ``sources`` (a folder: its files, recursively) or its refusal;
+    ``follow_links`` reads through symbolic links wherever they point (see the module's doc)."""
     for source in sources:
         if isinstance(source, tuple):
             yield _from_pair(source, max_doc_bytes)
             continue
         path = Path(os.fspath(source))
-        if path.is_dir():
+        if path.is_symlink() and not follow_links:
+            kind = "folder" if path.is_dir() else "file"
+            yield Refusal(
+                str(path),
+                f"is a symbolic link (to the {kind} {os.path.realpath(path)}): name its target, or {FOLLOW_HINT}",
+            )
+        elif path.is_dir():
+            inside = None if follow_links else os.path.realpath(path)
             found = False
             for file_path, name in _walk(path):
                 found = True
-                yield _from_path(file_path, name, max_doc_bytes)
+                yield _from_path(file_path, name, max_doc_bytes, inside=inside)
             if not found:
                 yield Refusal(str(path), "folder holds no files")
         else:
@@ -99,8 +121,32 @@ def _from_pair(pair: tuple[str, bytes], max_doc_bytes: int) -> SourceFile | Refu
     return refusal or SourceFile(name=str(name), origin=str(name), data=data)
 
 
-def _from_path(path: Path, name: str, max_doc_bytes: int) -> SourceFile | Refusal:
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _opened_path(fd: int, path: Path) -> str:
+    """The real path of the file ``fd`` holds open: what was read, not what the name pointed to
+    a moment before (Linux's /proc; elsewhere the name resolved again)."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return os.path.realpath(path)
+
+
+def _outside(origin: str, target: str) -> Refusal:
+    return Refusal(
+        origin, f"is a symbolic link to {target}, outside the submitted folder: not read; {FOLLOW_HINT}"
+    )
+
+
+def _from_path(
+    path: Path, name: str, max_doc_bytes: int, *, inside: str | None = None
+) -> SourceFile | Refusal:
+    """Read one file; with ``inside`` (a folder's real path) only if its real path is under it."""
     origin = str(path)
+    if inside is not None and not _within(target := os.path.realpath(path), inside):
+        return _outside(origin, target)
     try:
         # O_NONBLOCK: opening a FIFO must not hang; it is refused below as not a regular file.
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
@@ -110,6 +156,8 @@ def _from_path(path: Path, name: str, max_doc_bytes: int) -> SourceFile | Refusa
     except OSError as exc:
         return Refusal(origin, f"cannot be read: {exc.strerror or exc}")
     try:
+        if inside is not None and not _within(opened := _opened_path(fd, path), inside):
+            return _outside(origin, opened)  # a link swapped in since the check above
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             return Refusal(origin, "cannot be read: not a regular file")

@@ -126,20 +126,36 @@ def field_value(
 
 
 def _number(value: Any) -> float | None:
+    """``value`` as a number; None for text. Non-finite numbers (``nan``, ``inf``, ``1e999``)
+    read as :data:`NON_FINITE`: nothing compares with them (``nan`` is unordered, and as text
+    ``"inf"`` sorts after every digit)."""
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
-        return float(value)
-    try:
-        number = float(str(value))
-    except ValueError:
-        return None
-    return number if math.isfinite(number) else None
+        number = float(value)
+    else:
+        try:
+            number = float(str(value))
+        except ValueError:
+            return None
+    return number if math.isfinite(number) else NON_FINITE
+
+
+NON_FINITE = math.nan  # the marker _number returns; tested with math.isnan
+
+
+def non_finite(value: Any) -> bool:
+    """True when ``value`` reads as a number that is not finite."""
+    number = _number(value)
+    return number is not None and math.isnan(number)
 
 
 def compare(actual: Any, op: str, expected: str) -> bool:
-    """``actual OP expected``: as numbers when both read as numbers, else as text."""
+    """``actual OP expected``: as numbers when both read as numbers, else as text; never when
+    ``expected`` is a non-finite number, or ``actual`` is one and ``expected`` a number."""
     a, b = _number(actual), _number(expected)
+    if b is not None and (math.isnan(b) or (a is not None and math.isnan(a))):
+        return False
     left: Any
     right: Any
     if a is not None and b is not None:
@@ -233,8 +249,14 @@ def strike(
     op: str | None = None,
     value: Any = None,
 ) -> StrikeResult:
-    """Add an active rule (or find the same one already active), then move the mirror's version."""
+    """Add an active rule (or find the same one already active), then move the mirror's version.
+    A value that is a non-finite number is refused: such a rule would never hold anything."""
     parts = check_rule(task_type, field, op, value)
+    if parts[1] and non_finite(parts[3]):
+        raise ValueError(
+            f"{parts[3]!r} is not a finite number: a strike compares numbers only when they are "
+            "finite (nan and inf match nothing); give a finite bound such as 1e12"
+        )
     init_database(settings.db_url)
     with unit():
         existing = Strike.get_or_none(_same(*parts) & (Strike.active == True))  # noqa: E712

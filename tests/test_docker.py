@@ -92,13 +92,16 @@ def _ports(spec: str) -> list[int]:
     return list(range(int(low), int(high or low) + 1))
 
 
-def test_each_executor_of_a_replica_has_its_metrics_and_health_port_exposed_and_scraped():
+def test_each_executor_of_a_replica_has_its_metrics_port_exposed_and_scraped_and_health_kept_local():
     executor = COMPOSE["services"]["executor"]
     env, workers = executor["environment"], int(executor["environment"]["WS"])
     metrics, healthcheck = int(env["INGEST_METRICS_PORT"]), int(env["INGEST_HEALTHCHECK_PORT"])
     exposed = {p for spec in executor["expose"] for p in _ports(str(spec))}
     assert {metrics + n for n in range(workers)} <= exposed
-    assert {healthcheck + n for n in range(workers)} <= exposed
+    # Prometheus scrapes from its own container; the health check runs inside this one
+    assert env["INGEST_METRICS_HOST"] == "0.0.0.0" and env["INGEST_HEALTHCHECK_HOST"] == "127.0.0.1"
+    assert not {healthcheck + n for n in range(workers)} & exposed
+    assert "ports" not in executor  # nothing of an executor is published on the host
     config = yaml.safe_load((ROOT / "docker" / "prometheus.yml").read_text())
     (job,) = config["scrape_configs"]
     scraped = {sd["port"] for sd in job["dns_sd_configs"] if sd["names"] == ["executor"]}

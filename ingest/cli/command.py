@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from db.config import Settings
-from ingest.cli.common import EXIT_FAILED, EXIT_OK, err, json_out, new_console
+from db.config import Settings, redact_url
+from ingest.cli.common import EXIT_FAILED, EXIT_OK, err, json_out, new_console, out
 
 _MYSQL_UNREACHABLE = {2002, 2003, 2005, 2006, 2013, 2055}
 
@@ -41,7 +40,7 @@ def cmd_init(settings: Settings, args: argparse.Namespace) -> int:
     finally:
         client.close()
     data = {
-        "database": _redact(settings.db_url),
+        "database": redact_url(settings.db_url),
         "created_database": report.created_database,
         "created_tables": report.created_tables,
         "added_columns": report.added_columns,
@@ -84,6 +83,7 @@ def cmd_submit(settings: Settings, args: argparse.Namespace) -> int:
             tenant_id=args.tenant,
             priority=args.priority,
             dataflow_id=dataflow_id,
+            follow_links=args.follow_links,
         )
     except PublishError as exc:
         partial = getattr(exc, "result", None)
@@ -142,7 +142,7 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
         data["redis"] = st.redis_summary(settings)
         data["tenants"] = [s.to_dict() for s in standings(settings)]
     except redis.RedisError as exc:
-        data["redis"] = {"error": f"Redis unreachable at {_redact(settings.redis_url)}: {exc}"}
+        data["redis"] = {"error": f"Redis unreachable at {redact_url(settings.redis_url)}: {exc}"}
         err(data["redis"]["error"])
         code = EXIT_FAILED
     if args.json:
@@ -165,7 +165,7 @@ def cmd_cancel(settings: Settings, args: argparse.Namespace) -> int:
     if args.json:
         json_out(result.to_dict())
     elif result.task_ids:
-        print(f"cancelled {len(result.task_ids)} task(s) of {result.target} {args.id}")
+        out(f"cancelled {len(result.task_ids)} task(s) of {result.target} {args.id}")
     if not result.task_ids:
         err(f"nothing to cancel: {result.target} {args.id} has no queued, running or held task")
         return EXIT_FAILED
@@ -182,7 +182,7 @@ def cmd_retry(settings: Settings, args: argparse.Namespace) -> int:
         json_out(result.to_dict())
     else:
         live = len(result.task_ids) - result.published
-        print(
+        out(
             f"re-queued {len(result.task_ids)} task(s): {result.published} published, {live} still had a stream entry"
         )
     return EXIT_FAILED if result.skipped else EXIT_OK
@@ -200,7 +200,7 @@ def cmd_rm(settings: Settings, args: argparse.Namespace) -> int:
     if args.json:
         json_out(result.to_dict())
     else:
-        print(
+        out(
             f"removed {what}: {len(result.doc_ids)} document(s), {result.tasks_removed} task(s), "
             f"{result.chunks_removed} chunk(s); {len(result.cancelled)} unfinished task(s) cancelled"
         )
@@ -307,6 +307,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=None, metavar="S", help="with --wait: give up after S s"
     )
     sub.add_argument("--dataflow", metavar="NAME", help="run this dataflow on each file instead of parse")
+    sub.add_argument(
+        "--follow-links",
+        action="store_true",
+        help="read symbolic links wherever they point (default: a link out of a submitted folder, "
+        "or a link named directly, is refused)",
+    )
     sub = verb("status", cmd_status, "Counts of tasks and documents, or one task or document.")
     sub.add_argument("id", nargs="?", metavar="TASK_OR_DOC_ID")
     sub = verb("cancel", cmd_cancel, "Cancel a task, or every unfinished task of a document.")
@@ -347,10 +353,6 @@ def build_parser() -> argparse.ArgumentParser:
 # -- errors --------------------------------------------------------------------------------
 
 
-def _redact(url: str) -> str:
-    return re.sub(r"//([^:/@]*):[^@/]*@", r"//\1:***@", url)
-
-
 def _db_code(exc: BaseException) -> int | None:
     for candidate in (exc, exc.__cause__, exc.__context__):
         args = getattr(candidate, "args", ())
@@ -367,8 +369,8 @@ def explain(exc: BaseException, settings: Settings | None) -> str | None:
 
     from ingest.errors import IngestError
 
-    db_url = _redact(settings.db_url) if settings else "the database"
-    redis_url = _redact(settings.redis_url) if settings else "Redis"
+    db_url = redact_url(settings.db_url) if settings else "the database"
+    redis_url = redact_url(settings.redis_url) if settings else "Redis"
     if isinstance(exc, (IngestError, LookupError)):
         return str(exc).strip("'\"") if isinstance(exc, KeyError) else str(exc)
     if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):

@@ -1,9 +1,16 @@
-"""What every ``ingest`` verb shares: exit statuses, JSON on stdout, error lines, the console."""
+"""What every ``ingest`` verb shares: exit statuses, JSON on stdout, error lines, the console.
+
+Everything a verb prints for a person goes through :func:`out`, :func:`err` or the console of
+:func:`new_console`, which escape terminal controls in it (:func:`safe_text`): a document named
+``\x1b]0;pwned\x07`` shows as that text, and cannot retitle, clear or rewrite the operator's
+terminal. ``--json`` output is JSON (orjson escapes every C0 control).
+"""
 
 from __future__ import annotations
 
+import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
@@ -23,15 +30,55 @@ def json_out(data: Any) -> None:
     sys.stdout.flush()
 
 
+# C0 controls but tab and newline, DEL, C1 (\x9b is a one-character CSI), bidi embeddings,
+# overrides and isolates (text that reads in another order than it is), line/paragraph separators
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+_UNSAFE_LINE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escaped(match: re.Match[str]) -> str:
+    ch = match.group()
+    return _NAMED.get(ch) or (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+
+
+def safe_text(text: str, *, one_line: bool = False) -> str:
+    """``text`` with every terminal control written out as an escape (``\x1b``, ``\r``,
+    ``\u202e``); tabs and newlines stay, unless ``one_line``."""
+    return (_UNSAFE_LINE if one_line else _UNSAFE).sub(_escaped, text)
+
+
+def out(text: str) -> None:
+    """One line (or a few) for a person on stdout, controls escaped."""
+    print(safe_text(text))
+
+
 def err(text: str) -> None:
-    print(f"ingest: {text}", file=sys.stderr)
+    print(f"ingest: {safe_text(text)}", file=sys.stderr)
 
 
-def new_console() -> Any:
+def new_console(*, stderr: bool = False) -> Any:
     from rich.console import Console
+    from rich.segment import Segment
+
+    class SafeConsole(Console):
+        """Escapes terminal controls in what it prints: in strings before layout (so tables
+        keep their widths), and in every text segment rendered (a ``Text`` made elsewhere);
+        rich's own control segments (cursor moves of a live display) pass."""
+
+        def render_str(self, text: str, **kwargs: Any) -> Any:
+            return super().render_str(safe_text(text), **kwargs)
+
+        def render(self, renderable: Any, options: Any = None) -> Iterable[Segment]:
+            for segment in super().render(renderable, options):
+                if segment.control or not _UNSAFE.search(segment.text):
+                    yield segment
+                else:
+                    yield Segment(safe_text(segment.text), segment.style, segment.control)
 
     # Piped output gets a wide fixed width, so tables are not squeezed to 80 columns. What is
     # printed holds users' text (names, chunks, messages, reasons): no console markup or emoji
     # codes, so "[/etc/hosts]" or "[word]" print as they are (styles are given as styles).
-    width = None if sys.stdout.isatty() else PIPED_WIDTH
-    return Console(highlight=False, soft_wrap=True, width=width, markup=False, emoji=False)
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() else PIPED_WIDTH
+    return SafeConsole(highlight=False, soft_wrap=True, width=width, markup=False, emoji=False, stderr=stderr)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from db.config import Settings
-from ingest.cli.common import EXIT_FAILED, EXIT_OK, GlobalOptions, err, json_out, new_console
+from ingest.cli.common import EXIT_FAILED, EXIT_OK, GlobalOptions, err, json_out, new_console, out, safe_text
 
 
 def cmd_create(settings: Settings, args: argparse.Namespace) -> int:
@@ -29,7 +29,7 @@ def cmd_create(settings: Settings, args: argparse.Namespace) -> int:
         json_out(made.to_dict())
     else:
         also = f" (was {made.replaced_id})" if made.replaced_id else ""
-        print(f"dataflow {made.name!r} {made.outcome}: id {made.id}, {made.components} components{also}")
+        out(f"dataflow {made.name!r} {made.outcome}: id {made.id}, {made.components} components{also}")
     return EXIT_OK
 
 
@@ -60,15 +60,15 @@ def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
     if args.json:
         json_out(row)
         return EXIT_OK
-    print(
+    out(
         f"dataflow {row['name']!r} (tenant {row['tenant_id']}), id {row['id']}, updated {_when(row['update_time'])}"
     )
     if row["dsl"].get("description"):
-        print(row["dsl"]["description"])
+        out(row["dsl"]["description"])
     for c in describe(graph_of(row)):
         inputs = f" ← {', '.join(c['inputs'])}" if c["inputs"] else ""
         params = " ".join(f"{k}={json.dumps(v)}" for k, v in c["params"].items() if v is not None)
-        print(f"  {c['id']} ({c['type']}){inputs}  gives {c['gives']}  {params}".rstrip())
+        out(f"  {c['id']} ({c['type']}){inputs}  gives {c['gives']}  {params}".rstrip())
     return EXIT_OK
 
 
@@ -77,7 +77,10 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
 
     def queued(task_id: str) -> None:
         if not args.json:
-            print(f"debug run of {args.name!r} on {args.path}: task {task_id} queued", file=sys.stderr)
+            print(
+                safe_text(f"debug run of {args.name!r} on {args.path}: task {task_id} queued"),
+                file=sys.stderr,
+            )
 
     run = run_debug(
         settings, args.name, args.path, tenant_id=args.tenant, timeout_s=args.timeout, on_queued=queued
@@ -85,10 +88,10 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     if args.json:
         json_out(run.to_dict())
     else:
-        for cid, out in run.outputs.items():
-            print(f"── {cid} ({out.get('type')})")
-            print(json.dumps({k: v for k, v in out.items() if k != "type"}, indent=2, ensure_ascii=False))
-        print(f"task {run.task_id} {run.status}: {run.message}")
+        for cid, output in run.outputs.items():
+            out(f"── {cid} ({output.get('type')})")
+            out(json.dumps({k: v for k, v in output.items() if k != "type"}, indent=2, ensure_ascii=False))
+        out(f"task {run.task_id} {run.status}: {run.message}")
     if not run.ended:
         err(f"timed out after {args.timeout:g} s: task {run.task_id} is {run.status}")
         return EXIT_FAILED

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from db.config import Settings, parse_duration
-from ingest.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, GlobalOptions, err, json_out, new_console
+from ingest.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, GlobalOptions, err, json_out, new_console, out
 
 REASON_SHOWN = 80
 
@@ -25,7 +25,7 @@ def cmd_list(settings: Settings, args: argparse.Namespace) -> int:
         json_out([d.to_dict() for d in letters])
         return EXIT_OK
     if not letters:
-        print("no dead letters")
+        out("no dead letters")
         return EXIT_OK
     from rich.table import Table
 
@@ -50,8 +50,8 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
         json_out(result.to_dict())
     else:
         for eid, tid in result.replayed:
-            print(f"replayed {eid}: task {tid} queued")
-        print(
+            out(f"replayed {eid}: task {tid} queued")
+        out(
             f"replayed {len(result.replayed)} dead letter(s) ({result.published} published); "
             f"skipped {len(result.skipped)}"
         )
@@ -68,7 +68,7 @@ def cmd_purge(settings: Settings, args: argparse.Namespace) -> int:
     if args.json:
         json_out(result.to_dict())
     else:
-        print(f"removed {result.removed} dead letter(s) older than {args.older_than:g} s")
+        out(f"removed {result.removed} dead letter(s) older than {args.older_than:g} s")
     return EXIT_OK
 
 

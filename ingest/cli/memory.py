@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from db.config import Settings
-from ingest.cli.common import EXIT_FAILED, EXIT_OK, GlobalOptions, err, json_out, new_console
+from ingest.cli.common import EXIT_FAILED, EXIT_OK, GlobalOptions, err, json_out, new_console, out
 
 
 def cmd_save(settings: Settings, args: argparse.Namespace) -> int:
@@ -38,9 +38,7 @@ def cmd_save(settings: Settings, args: argparse.Namespace) -> int:
     if args.json:
         json_out(data)
     else:
-        print(
-            f"task {task_id}" + (f" {data['status']}: {data['message']}" if "status" in data else " queued")
-        )
+        out(f"task {task_id}" + (f" {data['status']}: {data['message']}" if "status" in data else " queued"))
     return code
 
 

@@ -119,11 +119,13 @@ def described(console: Console, data: dict[str, Any]) -> None:
 
 
 def health_text(health: Any) -> str:
-    """A heartbeat's health verdict: ``ok``, or the reasons it is not (as the health check says)."""
+    """A heartbeat's health verdict: ``ok``, or the reasons it is not (as the health check says),
+    and what its ports had to shed (``warnings``)."""
     if not isinstance(health, dict):
         return ""
+    warnings = "; ".join(str(w) for w in health.get("warnings") or [])
     if health.get("ok"):
-        return "ok"
+        return f"ok (warning: {warnings})" if warnings else "ok"
     reasons = "; ".join(str(r) for r in health.get("reasons") or [])
     return f"unhealthy: {reasons}" if reasons else "unhealthy"
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from db.config import Settings
-from ingest.cli.common import EXIT_FAILED, EXIT_OK, GlobalOptions, err, json_out, new_console
+from ingest.cli.common import EXIT_FAILED, EXIT_OK, GlobalOptions, err, json_out, new_console, out
 
 RULE_HELP = "TASK_TYPE, FIELD OP VALUE, or TASK_TYPE FIELD OP VALUE"
 
@@ -41,9 +41,9 @@ def cmd_strike(settings: Settings, args: argparse.Namespace) -> int:
     else:
         rule = result.rule
         if result.created:
-            print(f"struck #{rule['id']}: {rule['rule']}; executors hold matching tasks within a second")
+            out(f"struck #{rule['id']}: {rule['rule']}; executors hold matching tasks within a second")
         else:
-            print(f"already in effect: #{rule['id']}: {rule['rule']}")
+            out(f"already in effect: #{rule['id']}: {rule['rule']}")
     if not result.mirrored:
         err(
             "the rule is stored, but its Redis mirror could not be updated: executors apply it on "
@@ -68,7 +68,7 @@ def cmd_restore(settings: Settings, args: argparse.Namespace) -> int:
         names = ", ".join(f"#{r['id']}: {r['rule']}" for r in result.rules)
         live = len(result.task_ids) - result.published
         also = f" ({live} still had a stream entry)" if live else ""
-        print(
+        out(
             f"restored {names}; released {len(result.task_ids)} held task(s), {result.published} published{also}"
         )
     if not result.mirrored:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from db.config import Settings, parse_duration
-from ingest.cli.common import EXIT_OK, GlobalOptions, json_out, new_console
+from ingest.cli.common import EXIT_OK, GlobalOptions, json_out, new_console, out
 
 DEFAULT = "default"
 
@@ -43,7 +43,7 @@ def cmd_limits(settings: Settings, args: argparse.Namespace) -> int:
         shown = "no cap" if value == 0 and name != "max_running" else str(value)
         if name == "max_running" and value == 0:
             shown = "0 (paused)"
-        print(f"{args.tenant} {name} = {shown} ({source})")
+        out(f"{args.tenant} {name} = {shown} ({source})")
     return EXIT_OK
 
 
@@ -98,7 +98,7 @@ def cmd_clear(settings: Settings, args: argparse.Namespace) -> int:
     if args.json:
         json_out({"removed": removed})
     else:
-        print(f"removed {removed} result(s)")
+        out(f"removed {removed} result(s)")
     return EXIT_OK
 
 

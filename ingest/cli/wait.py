@@ -18,6 +18,7 @@ from db.database import connection, init_database
 from db.keys import Keys
 from db.models import CANCELLED, DONE, Document
 from db.streams import connect
+from ingest.cli.common import new_console
 
 ENDED = (DONE, "failed", CANCELLED, "dead")
 BARS_SHOWN = 30  # more documents than this: one overall bar
@@ -78,7 +79,6 @@ def wait_for_documents(
 ) -> tuple[dict[str, dict[str, Any]], bool]:
     """Follow ``doc_ids`` until every one has ended; returns their last rows and whether all
     ended (False when ``timeout_s`` ran out first). Progress bars go to stderr."""
-    from rich.console import Console
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
     init_database(settings.db_url)
@@ -92,9 +92,7 @@ def wait_for_documents(
         TimeElapsedColumn(),
     )
     waker = _Waker(settings)
-    progress = Progress(
-        *columns, console=Console(stderr=True, markup=False, emoji=False), disable=not show, transient=False
-    )
+    progress = Progress(*columns, console=new_console(stderr=True), disable=not show, transient=False)
     rows: dict[str, dict[str, Any]] = {}
     try:
         with progress:
