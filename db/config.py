@@ -85,9 +85,11 @@ def parse_bool(text: str | bool) -> bool:
 class Settings:
     """Every setting of the producer and the executor; see README's configuration table."""
 
-    redis_url: str = field(default="redis://127.0.0.1:6379/0", metadata={"help": "Redis URL"})
+    # repr=False: a traceback or a print of the settings never shows a password
+    redis_url: str = field(default="redis://127.0.0.1:6379/0", repr=False, metadata={"help": "Redis URL"})
     db_url: str = field(
         default="mysql://root@127.0.0.1:3306/ingest",
+        repr=False,
         metadata={"help": "database URL: mysql://user:pass@host:port/name or sqlite:///PATH"},
     )
     key_prefix: str = field(default="ingest", metadata={"help": "prefix of every Redis key"})
@@ -176,9 +178,12 @@ class Settings:
         default="X-Tenant-Id", metadata={"help": "request header that names the tenant"}
     )
     api_keys: str = field(
-        default="", metadata={"help": "per-tenant API keys: TENANT=KEY, comma separated (empty: no keys)"}
+        default="",
+        repr=False, metadata={"help": "per-tenant API keys: TENANT=KEY, comma separated (empty: no keys)"}
     )
-    api_admin_key: str = field(default="", metadata={"help": "the admin API key (empty: no admin routes)"})
+    api_admin_key: str = field(
+        default="", repr=False, metadata={"help": "the admin API key (empty: no admin routes)"}
+    )
     api_max_request_bytes: int = field(
         default=268435456, metadata={"help": "larger request bodies are refused with 413"}
     )
