@@ -23,7 +23,7 @@ from ingest.embedding import EmbeddingService
 from ingest.errors import PermanentError
 from ingest.storage import Storage, open_storage
 from ingest.store import record_embedding_model, store_chunks
-from ingest.worker import parse_and_chunk_in_worker
+from ingest.worker import WorkerBudget, parse_and_chunk_in_worker
 
 # Progress fractions at the end of each stage (the finisher writes 1.0).
 PARSED, CHUNKED, EMBEDDED, INDEXED = 0.30, 0.35, 0.90, 0.98
@@ -54,7 +54,13 @@ async def parse_task(ctx: TaskContext, service: EmbeddingService, storage: Stora
         _read_bytes, storage, doc["location"], limiter=ctx.limiters.db_limiter
     )
     parsed = await parse_and_chunk_in_worker(
-        data, doc.get("doc_type") or "", from_page, to_page, config, model
+        data,
+        doc.get("doc_type") or "",
+        from_page,
+        to_page,
+        config,
+        model,
+        budget=WorkerBudget.from_settings(ctx.settings),
     )
     ended = time.time()  # one worker job: its parse and chunk stages become two spans
     record_span("parse", began, ended - parsed.chunk_s, bytes=len(data), sections=parsed.sections)

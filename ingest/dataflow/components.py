@@ -534,10 +534,12 @@ def run_worker_stage(
     """Runs in a worker process: ``steps`` in order, each on ``values`` of its inputs (given, or
     made by an earlier step); returns every step's output. A failure names its component."""
     from ingest.tokens import load_tokenizer
+    from ingest.worker import restart_deadline
 
     out: dict[str, Any] = {}
     for cid, type_name, params, input_ids in steps:
         inputs = [out[i] if i in out else values[i] for i in input_ids]
+        restart_deadline()  # each component has a time budget of its own (parse_timeout_s)
         try:
             if type_name == "Parser":
                 out[cid] = parse(params, inputs, extra)
@@ -549,6 +551,8 @@ def run_worker_stage(
             raise type(exc)(f"component {cid!r} ({type_name}): {exc}") from None
         except RecursionError:
             raise BadDocument(f"component {cid!r} ({type_name}): nested too deeply to process") from None
+        except MemoryError:  # the worker's budget names the cap
+            raise MemoryError(f"component {cid!r} ({type_name})") from None
         except Exception as exc:  # noqa: BLE001 - a library's own error on this content, reported as is
             raise BadDocument(
                 f"component {cid!r} ({type_name}) failed: {type(exc).__name__}: {exc}"
