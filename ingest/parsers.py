@@ -270,6 +270,66 @@ def _parse_pdf(data: bytes, from_page: int, to_page: int) -> list[Section]:
 # ---------------------------------------------------------------------------- DOCX
 
 
+# A DOCX is a zip: what its members may inflate to, checked before python-docx inflates them.
+DOCX_MAX_MEMBERS = 10_000
+DOCX_MAX_MEMBER_BYTES = 256 << 20  # one member, uncompressed
+DOCX_MAX_TOTAL_BYTES = 512 << 20  # all members together, uncompressed
+DOCX_MAX_RATIO = 200  # uncompressed / compressed, for a member past DOCX_RATIO_FROM_BYTES
+DOCX_RATIO_FROM_BYTES = 1 << 20
+_READ_BLOCK = 1 << 20
+
+
+def check_zip_members(data: bytes, what: str = "DOCX") -> None:
+    """Refuse a zip whose members would inflate past the budget: each member's declared size
+    and ratio, then its actual size, read as a stream in blocks and counted (a member whose data
+    inflates past what its header declares is refused, not trusted)."""
+    import zipfile
+
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+        members = archive.infolist()
+    except (zipfile.BadZipFile, ValueError, OSError) as exc:
+        raise BadDocument(f"unreadable {what}: {type(exc).__name__}: {exc}") from None
+    if len(members) > DOCX_MAX_MEMBERS:
+        raise BadDocument(f"{what} has {len(members)} zip members (at most {DOCX_MAX_MEMBERS})")
+    declared = 0
+    for info in members:
+        declared += info.file_size
+        if info.file_size > DOCX_MAX_MEMBER_BYTES or declared > DOCX_MAX_TOTAL_BYTES:
+            raise BadDocument(
+                f"{what} member {info.filename!r} inflates to {info.file_size} bytes ({declared} in all; "
+                f"at most {DOCX_MAX_MEMBER_BYTES} per member, {DOCX_MAX_TOTAL_BYTES} in all): a zip bomb?"
+            )
+        ratio = info.file_size / max(info.compress_size, 1)
+        if info.file_size > DOCX_RATIO_FROM_BYTES and ratio > DOCX_MAX_RATIO:
+            raise BadDocument(
+                f"{what} member {info.filename!r} inflates {ratio:.0f} times ({info.compress_size} → "
+                f"{info.file_size} bytes; at most {DOCX_MAX_RATIO}): a zip bomb?"
+            )
+    for info in members:
+        _read_counted(archive, info, what)
+
+
+def _read_counted(archive: Any, info: Any, what: str) -> None:
+    import zipfile
+
+    actual = 0
+    try:
+        with archive.open(info) as member:
+            while block := member.read(_READ_BLOCK):
+                actual += len(block)
+                if actual > info.file_size:
+                    break
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError, NotImplementedError, RuntimeError) as exc:
+        raise BadDocument(
+            f"unreadable {what} member {info.filename!r}: {type(exc).__name__}: {exc}"
+        ) from None
+    if actual != info.file_size:
+        raise BadDocument(
+            f"{what} member {info.filename!r} holds {actual} bytes, not the {info.file_size} its header declares"
+        )
+
+
 def _parse_docx(data: bytes, from_page: int, to_page: int) -> list[Section]:
     import zipfile
 
@@ -280,6 +340,7 @@ def _parse_docx(data: bytes, from_page: int, to_page: int) -> list[Section]:
         raise BadDocument("not a DOCX: not a zip archive (a .doc or another format renamed?)")
     if not _owns_page_zero(from_page, to_page):
         return []
+    check_zip_members(data)
     try:
         document = docx.Document(io.BytesIO(data))
     except (zipfile.BadZipFile, KeyError, ValueError) as exc:
