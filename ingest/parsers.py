@@ -202,7 +202,7 @@ _HTML_BLOCKS = (
 
 
 def _parse_html(data: bytes, from_page: int, to_page: int) -> list[Section]:
-    from bs4 import BeautifulSoup, Comment, Declaration, Doctype, NavigableString, ProcessingInstruction
+    from bs4 import BeautifulSoup
 
     head = data[:4096].lower()
     if b"charset" not in head:
@@ -211,27 +211,48 @@ def _parse_html(data: bytes, from_page: int, to_page: int) -> list[Section]:
         return []
     soup = BeautifulSoup(data, "lxml")
     title = soup.title.get_text(" ", strip=True) if soup.title else ""
-    for tag in soup.find_all(_HTML_DROP):
-        tag.decompose()
-    for node in soup.find_all(
-        string=lambda s: isinstance(s, (Comment, Declaration, Doctype, ProcessingInstruction))
-    ):
-        node.extract()
-    for string in soup.find_all(string=True):
-        if string.find_parent("pre") is None and isinstance(string, NavigableString):
-            string.replace_with(re.sub(r"\s+", " ", str(string)))
-    for br in soup.find_all("br"):
-        br.replace_with("\n")
-    for cell in soup.find_all(("td", "th")):
-        cell.append(" | ")
-    for block in soup.find_all(_HTML_BLOCKS):
-        block.insert_before("\n")
-        block.append("\n")
-    lines = (line.strip(" |") for line in soup.get_text().split("\n"))
+    lines = (line.strip(" |") for line in _html_text(soup).split("\n"))
     sections = [Section(line) for line in lines if line.strip()]
     if title and title not in {s.text for s in sections[:3]}:
         sections.insert(0, Section(title))
     return sections
+
+
+def _html_text(root: Any) -> str:
+    """The text of a parsed HTML tree in one walk, each node visited once (an explicit stack:
+    200,000 nested elements are neither quadratic nor a recursion): dropped elements and
+    comments left out, whitespace collapsed outside ``<pre>``, ``<br>`` a line break, a cell
+    followed by ``" | "``, a block element on lines of its own."""
+    from bs4 import CData, Comment, Declaration, Doctype, NavigableString, ProcessingInstruction, Tag
+
+    skipped = (Comment, Declaration, Doctype, ProcessingInstruction)
+    kept_in_pre = (NavigableString, CData)  # what get_text() keeps of a string left as parsed
+    parts: list[str] = []
+    stack: list[tuple[Iterator[Any], str, bool]] = [(iter(root.contents), "", False)]
+    while stack:
+        children, name, in_pre = stack[-1]
+        child = next(children, None)
+        if child is None:
+            stack.pop()
+            if name in ("td", "th"):
+                parts.append(" | ")
+            if name in _HTML_BLOCKS:
+                parts.append("\n")
+        elif isinstance(child, NavigableString):
+            if isinstance(child, skipped):
+                continue
+            if not in_pre:
+                parts.append(re.sub(r"\s+", " ", str(child)))
+            elif type(child) in kept_in_pre:
+                parts.append(str(child))
+        elif isinstance(child, Tag) and child.name not in _HTML_DROP:
+            if child.name == "br":
+                parts.append("\n")
+                continue
+            if child.name in _HTML_BLOCKS:
+                parts.append("\n")
+            stack.append((iter(child.contents), child.name, in_pre or child.name == "pre"))
+    return "".join(parts)
 
 
 # ---------------------------------------------------------------------------- PDF

@@ -207,12 +207,32 @@ def _mark_html_headings(data: bytes) -> bytes:
     if b"charset" not in data[:4096].lower():
         decode_text(data, "HTML")  # undeclared encodings must be UTF-8, as the parser requires
     soup = BeautifulSoup(data, "lxml")
-    for tag in soup.find_all(_HEADING_TAGS):
+    for tag in _outermost(soup, _HEADING_TAGS):
         text = tag.get_text(" ", strip=True)
         tag.clear()
         if text:
             tag.append(f"{'#' * int(tag.name[1])} {text}")
     return soup.encode("utf-8")  # bs4 rewrites a <meta charset> to the new encoding
+
+
+def _outermost(root: Any, names: tuple[str, ...]) -> list[Any]:
+    """The elements named ``names`` that are inside no other such element, in document order,
+    in one walk (a heading nested in a heading is part of the outer one's text: marking each
+    in turn read every nested subtree again, quadratic in the depth)."""
+    from bs4 import Tag
+
+    found: list[Any] = []
+    stack = [iter(root.contents)]
+    while stack:
+        child = next(stack[-1], None)
+        if child is None:
+            stack.pop()
+        elif isinstance(child, Tag):
+            if child.name in names:
+                found.append(child)
+            else:
+                stack.append(iter(child.contents))
+    return found
 
 
 # -- Splitter (worker) -------------------------------------------------------------------------
