@@ -174,13 +174,37 @@ def a_format(v: Any) -> str | None:
     return f"must be auto or a document type ({known}), not {v!r}"
 
 
+MAX_PATTERN_CHARS = 1000
+_REGEX_MAX_MEM = 32 << 20  # RE2's memory for one compiled pattern
+
+
+def compile_regex(pattern: str, ignore_case: bool = False) -> Any:
+    """``pattern`` compiled by RE2: a linear-time engine, so no pattern can backtrack
+    catastrophically on any text. It has no backreferences and no lookaround, and its ``\\w``,
+    ``\\d`` and ``\\b`` are ASCII (``\\pL`` is any letter). Raises ``re2.error``."""
+    import re2
+
+    options = re2.Options()
+    options.log_errors = False
+    options.case_sensitive = not ignore_case
+    options.max_mem = _REGEX_MAX_MEM
+    return re2.compile(pattern, options)
+
+
 def a_regex(v: Any) -> str | None:
+    import re2
+
     if not isinstance(v, str) or not v:
         return f"must be a non-empty regular expression, not {v!r}"
+    if len(v) > MAX_PATTERN_CHARS:
+        return f"must be at most {MAX_PATTERN_CHARS} characters, not {len(v)}"
     try:
-        re.compile(v)
-    except re.error as exc:
-        return f"is not a valid regular expression: {exc}"
+        compile_regex(v)
+    except re2.error as exc:
+        reason = (
+            exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        )
+        return f"is not a pattern that runs in linear time (RE2: {reason}; no backreference, no lookaround)"
     return None
 
 
@@ -372,7 +396,7 @@ def extract(params: Mapping[str, Any], inputs: Sequence[ChunkSet]) -> ChunkSet:
             for c, m in zip(merged.chunks, merged.meta, strict=True)
         ]
     else:
-        pattern = re.compile(params["pattern"], re.IGNORECASE if params["ignore_case"] else 0)
+        pattern = compile_regex(params["pattern"], params["ignore_case"])
         meta = [
             {**m, **regex_fields(pattern, c.content, params["field"] or "match", params["all"])}
             for c, m in zip(merged.chunks, merged.meta, strict=True)
@@ -389,8 +413,10 @@ def keywords(text: str, top_n: int) -> list[str]:
     return sorted(counts, key=lambda w: (-counts[w], first[w]))[:top_n]
 
 
-def regex_fields(pattern: re.Pattern[str], text: str, field_name: str, all_matches: bool) -> dict[str, Any]:
-    def value(match: re.Match[str]) -> str:
+def regex_fields(pattern: Any, text: str, field_name: str, all_matches: bool) -> dict[str, Any]:
+    """Fields from ``pattern`` (an RE2 pattern, or any with the ``re`` API) on ``text``."""
+
+    def value(match: Any) -> str:
         return match.group(1) if pattern.groups else match.group(0)
 
     if pattern.groupindex:
