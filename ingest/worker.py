@@ -69,6 +69,12 @@ class WorkerBudget:
     def from_settings(cls, settings: Settings) -> WorkerBudget:
         return cls(max_memory_mb=settings.worker_max_memory_mb, timeout_s=settings.parse_timeout_s)
 
+    @property
+    def max_held_chars(self) -> int:
+        """Characters of text one dataflow component may hold: a quarter of the memory cap
+        (the text is held by the worker, pickled, and held again by the executor)."""
+        return (self.max_memory_mb << 20) // 4
+
     def memory_message(self) -> str:
         return f"needs more than {self.max_memory_mb} MB to parse (worker_max_memory_mb)"
 

@@ -81,13 +81,20 @@ async def dataflow_task(ctx: TaskContext, service: EmbeddingService, storage: St
     )
     del data
     target = None if debug else _target(ctx)
-    runtime = Runtime(ctx.settings.embedding_model, service, ctx.limiters.db_limiter, target)
+    budget = WorkerBudget.from_settings(ctx.settings)
+    runtime = Runtime(
+        ctx.settings.embedding_model,
+        service,
+        ctx.limiters.db_limiter,
+        target,
+        max_chars=budget.max_held_chars,
+    )
     result = await run_graph(
         graph,
         file,
         runtime,
         ctx.report,
-        run_worker=functools.partial(run_in_worker, budget=WorkerBudget.from_settings(ctx.settings)),
+        run_worker=functools.partial(run_in_worker, budget=budget),
         extra_parsers=extra_parsers(),
         previews=debug,
     )

@@ -113,6 +113,27 @@ class Runtime:
     db_limiter: trio.CapacityLimiter
     target: IndexTarget | None
     on_progress: Callable[[int, int], None] | None = None
+    max_chars: int = 0  # characters one component's output may hold (0: no budget)
+
+
+def held_chars(value: Any) -> int:
+    """Characters of text a component's output holds (sections or chunks; 0 for the rest)."""
+    if isinstance(value, ChunkSet):
+        return sum(len(c.content) for c in value.chunks)
+    if isinstance(value, list):
+        return sum(len(s.text) for s in value if isinstance(s, Section))
+    return 0
+
+
+def check_held(label: str, values: Sequence[Any], max_chars: int) -> None:
+    """BadDocument when ``values`` together hold more text than the budget (``max_chars``; 0: none)."""
+    if max_chars > 0:
+        held = sum(held_chars(v) for v in values)
+        if held > max_chars:
+            raise BadDocument(
+                f"{label} would hold {held} characters, more than {max_chars} characters "
+                "(a component's budget, from worker_max_memory_mb): fewer inputs or a smaller document"
+            )
 
 
 def merge_chunk_sets(sets: Sequence[ChunkSet]) -> ChunkSet:
@@ -575,10 +596,11 @@ Step = tuple[str, str, dict[str, Any], tuple[str, ...]]  # (id, type, params, in
 
 
 def run_worker_stage(
-    steps: Sequence[Step], values: dict[str, Any], model: str, extra: dict[str, str]
+    steps: Sequence[Step], values: dict[str, Any], model: str, extra: dict[str, str], max_chars: int = 0
 ) -> dict[str, Any]:
     """Runs in a worker process: ``steps`` in order, each on ``values`` of its inputs (given, or
-    made by an earlier step); returns every step's output. A failure names its component."""
+    made by an earlier step), each output held to ``max_chars``; returns every step's output.
+    A failure names its component."""
     from ingest.tokens import load_tokenizer
     from ingest.worker import restart_deadline
 
@@ -586,14 +608,20 @@ def run_worker_stage(
     for cid, type_name, params, input_ids in steps:
         inputs = [out[i] if i in out else values[i] for i in input_ids]
         restart_deadline()  # each component has a time budget of its own (parse_timeout_s)
+        label = f"component {cid!r} ({type_name})"
         try:
+            check_held(label, inputs, max_chars)  # what it would take, concatenated
             if type_name == "Parser":
                 out[cid] = parse(params, inputs, extra)
             elif type_name == "Splitter":
                 out[cid] = split(params, inputs, load_tokenizer(model))
             else:
                 out[cid] = REGISTRY[type_name].run(params, inputs)  # type: ignore[misc]
+            check_held(label, [out[cid]], max_chars)  # and what it made (overlap repeats text)
         except PermanentError as exc:
+            if str(exc).startswith(f"component {cid!r}"):
+                raise
+
             raise type(exc)(f"component {cid!r} ({type_name}): {exc}") from None
         except RecursionError:
             raise BadDocument(f"component {cid!r} ({type_name}): nested too deeply to process") from None

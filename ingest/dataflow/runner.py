@@ -29,6 +29,7 @@ from ingest.dataflow.components import (
     FileInput,
     IndexResult,
     Runtime,
+    check_held,
     run_worker_stage,
 )
 from ingest.dataflow.dsl import Graph
@@ -83,7 +84,13 @@ async def run_graph(
             report(run.fraction_before(stage[0]), f"{_names(graph, stage)}: running in a worker process")
             try:
                 outputs = await run_worker(
-                    run_worker_stage, steps, given, rt.model, dict(extra_parsers or {}), steps=len(stage)
+                    run_worker_stage,
+                    steps,
+                    given,
+                    rt.model,
+                    dict(extra_parsers or {}),
+                    rt.max_chars,
+                    steps=len(stage),
                 )
             except PermanentError as exc:  # the worker's own end (a budget, a crash): name the stage
                 if str(exc).startswith("component "):
@@ -96,6 +103,8 @@ async def run_graph(
         c = graph.components[cid]
         inputs = [run.values[i] for i in c.inputs]
         rt.on_progress = run.embed_progress(cid) if c.type == "Embedder" else None
+        # the executor's own components hold their concatenated inputs: checked before they run
+        check_held(c.label(), inputs, rt.max_chars)
         run.finished(cid, await REGISTRY[c.type].run(c.params, inputs, rt))  # type: ignore[misc]
     run.result.outputs = fit_outputs(run.result.outputs) if previews else {}
     return run.result
