@@ -88,6 +88,7 @@ async def dataflow_task(ctx: TaskContext, service: EmbeddingService, storage: St
         ctx.limiters.db_limiter,
         target,
         max_chars=budget.max_held_chars,
+        max_chunk_chars=ctx.settings.max_chunk_chars,
     )
     result = await run_graph(
         graph,

@@ -8,6 +8,7 @@ the row with that reason (progress -1) and goes on with other tasks.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from collections.abc import Awaitable, Callable
@@ -45,7 +46,10 @@ async def parse_task(ctx: TaskContext, service: EmbeddingService, storage: Stora
     """Parse, chunk, embed and index one task's pages of its document."""
     started = time.monotonic()
     doc, kb, row = _require(ctx)
-    config = ChunkConfig.from_parser_configs(kb.get("parser_config"), doc.get("parser_config"))
+    config = dataclasses.replace(
+        ChunkConfig.from_parser_configs(kb.get("parser_config"), doc.get("parser_config")),
+        max_chars=ctx.settings.max_chunk_chars,
+    )
     model = ctx.settings.embedding_model
     from_page, to_page = int(row.get("from_page") or 0), int(row.get("to_page") or 0)
     ctx.report(0.01, "parsing…")

@@ -30,11 +30,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ingest.chunking import (
+    DEFAULT_MAX_CHARS,
     DEFAULT_PARSER_CONFIG,
     MAX_CHUNK_TOKEN_NUM,
     MAX_OVERLAP_PERCENT,
     Chunk,
     ChunkConfig,
+    cut_by_chars,
     cut_by_tokens,
     delimiter_pattern,
     overlap_tail,
@@ -114,6 +116,7 @@ class Runtime:
     target: IndexTarget | None
     on_progress: Callable[[int, int], None] | None = None
     max_chars: int = 0  # characters one component's output may hold (0: no budget)
+    max_chunk_chars: int = DEFAULT_MAX_CHARS  # characters one chunk may hold (Settings.max_chunk_chars)
 
 
 def held_chars(value: Any) -> int:
@@ -285,10 +288,16 @@ def _outermost(root: Any, names: tuple[str, ...]) -> list[Any]:
 _HEADING_LINE = re.compile(r"^ {0,3}(#{1,6})[ \t]+(\S.*?)[ \t#]*$")
 
 
-def split(params: Mapping[str, Any], inputs: Sequence[list[Section]], tokenizer: Any) -> ChunkSet:
+def split(
+    params: Mapping[str, Any],
+    inputs: Sequence[list[Section]],
+    tokenizer: Any,
+    max_chars: int = DEFAULT_MAX_CHARS,
+) -> ChunkSet:
     """Chunks by tokens (merged up to ``chunk_token_num``), by delimiter (each delimiter ends a
     chunk) or by Markdown headings (no chunk spans two sections); ``overlap_percent`` of a chunk
-    repeats at the start of the next one cut from the same stretch of text."""
+    repeats at the start of the next one cut from the same stretch of text. No chunk holds more
+    than ``max_chars`` characters."""
     sections = [s for group in inputs for s in group]
     method = params["method"]
     delimiter = params["delimiter"]
@@ -301,25 +310,30 @@ def split(params: Mapping[str, Any], inputs: Sequence[list[Section]], tokenizer:
             "delimiter": delimiter,
         }
     )
+    config = dataclasses.replace(config, max_chars=max_chars)
     if method == "tokens":
         chunks = chunk_by_tokens(sections, config, tokenizer)
         return ChunkSet(chunks, [{} for _ in chunks])
     if method == "delimiter":
-        return _delimited_chunks(_delimited(sections, config.delimiter), config, tokenizer)
+        return _delimited_chunks(_delimited(sections, config.delimiter, max_chars), config, tokenizer)
     return _chunk_segments(_heading_segments(sections, params["max_heading_level"]), config, tokenizer)
 
 
-def _delimited(sections: Sequence[Section], delimiter: str) -> list[Section]:
-    """Each section cut after every delimiter (kept at the end of its piece)."""
+def _delimited(
+    sections: Sequence[Section], delimiter: str, max_chars: int = DEFAULT_MAX_CHARS
+) -> list[Section]:
+    """Each section cut after every delimiter (kept at the end of its piece), and a piece longer
+    than ``max_chars`` into windows (before anything tokenizes it)."""
     pattern = delimiter_pattern(delimiter)
     pieces: list[Section] = []
     for section in sections:
         start = 0
         ends = [m.end() for m in pattern.finditer(section.text)] if pattern is not None else []
         for end in [*ends, len(section.text)]:
-            text = section.text[start:end].strip()
-            if text:
-                pieces.append(Section(text, section.page))
+            for window in cut_by_chars(section.text[start:end], max_chars):
+                text = window.strip()
+                if text:
+                    pieces.append(Section(text, section.page))
             start = max(start, end)
     return pieces
 
@@ -343,7 +357,8 @@ def _delimited_chunks(pieces: Sequence[Section], config: ChunkConfig, tokenizer:
         tail = overlap_tail(previous, min(overlap, limit - tokens), tokenizer).strip() if previous else ""
         content = f"{tail} {text}" if tail else text
         count = tokenizer.count(content) if tail else tokens
-        if count > limit:  # the join tokenised longer than its parts: drop the overlap
+        if count > limit or (config.max_chars > 0 and len(content) > config.max_chars):
+            # the join tokenised longer than its parts, or is past the character cap: no overlap
             content, count = text, tokens
         chunks.append(Chunk(content, page, count, len(chunks)))
         previous = text
@@ -596,7 +611,12 @@ Step = tuple[str, str, dict[str, Any], tuple[str, ...]]  # (id, type, params, in
 
 
 def run_worker_stage(
-    steps: Sequence[Step], values: dict[str, Any], model: str, extra: dict[str, str], max_chars: int = 0
+    steps: Sequence[Step],
+    values: dict[str, Any],
+    model: str,
+    extra: dict[str, str],
+    max_chars: int = 0,
+    max_chunk_chars: int = DEFAULT_MAX_CHARS,
 ) -> dict[str, Any]:
     """Runs in a worker process: ``steps`` in order, each on ``values`` of its inputs (given, or
     made by an earlier step), each output held to ``max_chars``; returns every step's output.
@@ -614,7 +634,7 @@ def run_worker_stage(
             if type_name == "Parser":
                 out[cid] = parse(params, inputs, extra)
             elif type_name == "Splitter":
-                out[cid] = split(params, inputs, load_tokenizer(model))
+                out[cid] = split(params, inputs, load_tokenizer(model), max_chunk_chars)
             else:
                 out[cid] = REGISTRY[type_name].run(params, inputs)  # type: ignore[misc]
             check_held(label, [out[cid]], max_chars)  # and what it made (overlap repeats text)

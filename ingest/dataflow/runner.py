@@ -90,6 +90,7 @@ async def run_graph(
                     rt.model,
                     dict(extra_parsers or {}),
                     rt.max_chars,
+                    rt.max_chunk_chars,
                     steps=len(stage),
                 )
             except PermanentError as exc:  # the worker's own end (a budget, a crash): name the stage
