@@ -118,7 +118,20 @@ def parse_document(
     if kind == "tsv":
         return _parse_csv(data, from_page, to_page, delimiter="\t")
     sections = parser(data, from_page, to_page)
-    return [s for s in sections if s.text.strip()]
+    return [_storable(s) for s in sections if s.text.strip()]
+
+
+def _storable(section: Section) -> Section:
+    """The section with any lone surrogate (JSON's ``"\\ud800"`` decodes to one) replaced by
+    U+FFFD: neither the tokenizer nor the database takes one."""
+    text = section.text
+    if text.isascii():
+        return section
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return Section(text.encode("utf-16", "surrogatepass").decode("utf-16", "replace"), section.page)
+    return section
 
 
 # ---------------------------------------------------------------------------- text formats
@@ -333,6 +346,7 @@ def check_zip_members(data: bytes, what: str = "DOCX") -> None:
 
 def _read_counted(archive: Any, info: Any, what: str) -> None:
     import zipfile
+    import zlib
 
     actual = 0
     try:
@@ -341,7 +355,15 @@ def _read_counted(archive: Any, info: Any, what: str) -> None:
                 actual += len(block)
                 if actual > info.file_size:
                     break
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError, NotImplementedError, RuntimeError) as exc:
+    except (
+        zipfile.BadZipFile,
+        zlib.error,
+        EOFError,
+        OSError,
+        ValueError,
+        NotImplementedError,
+        RuntimeError,
+    ) as exc:
         raise BadDocument(
             f"unreadable {what} member {info.filename!r}: {type(exc).__name__}: {exc}"
         ) from None
@@ -353,6 +375,7 @@ def _read_counted(archive: Any, info: Any, what: str) -> None:
 
 def _parse_docx(data: bytes, from_page: int, to_page: int) -> list[Section]:
     import zipfile
+    import zlib
 
     import docx
     from docx.table import Table
@@ -362,9 +385,11 @@ def _parse_docx(data: bytes, from_page: int, to_page: int) -> list[Section]:
     if not _owns_page_zero(from_page, to_page):
         return []
     check_zip_members(data)
+    from lxml.etree import LxmlError
+
     try:
         document = docx.Document(io.BytesIO(data))
-    except (zipfile.BadZipFile, KeyError, ValueError) as exc:
+    except (zipfile.BadZipFile, zlib.error, KeyError, ValueError, NotImplementedError, LxmlError) as exc:
         raise BadDocument(f"unreadable DOCX: {type(exc).__name__}: {exc}") from None
     sections: list[Section] = []
     for block in document.iter_inner_content():
@@ -465,6 +490,8 @@ def _parse_json(data: bytes, from_page: int, to_page: int) -> list[Section]:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise BadDocument(f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except ValueError as exc:  # a number of more digits than Python converts
+        raise BadDocument(f"invalid JSON: {exc}") from None
     if not _owns_page_zero(from_page, to_page):
         return []
     return _json_sections(value)
@@ -482,6 +509,8 @@ def _parse_jsonl(data: bytes, from_page: int, to_page: int) -> list[Section]:
                 records.append(json.loads(line))
             except json.JSONDecodeError as exc:
                 raise BadDocument(f"invalid JSON Lines: {exc.msg} on line {lineno}") from None
+            except ValueError as exc:
+                raise BadDocument(f"invalid JSON Lines: {exc} on line {lineno}") from None
     if not _owns_page_zero(from_page, to_page):
         return []
     return _json_sections(records)
