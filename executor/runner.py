@@ -60,10 +60,29 @@ def describe(exc: BaseException) -> str:
     return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + "…"
 
 
+# MySQL errors that another try cannot fix, even when what surfaces is the lost connection
+# that follows them (the server closes the connection after refusing an oversized packet, and
+# peewee's ROLLBACK then fails as "server has gone away"): looked for along the whole chain.
+PERMANENT_DB_CODES = frozenset({1153})  # ER_NET_PACKET_TOO_LARGE: a row over max_allowed_packet
+
+
 def retryable(exc: BaseException) -> bool:
     """``ingest.errors.is_retryable``, plus trio's own timeout: a handler's ``fail_after``
-    around a call to a service (the task's deadline is a cancel, never this error)."""
+    around a call to a service (the task's deadline is a cancel, never this error); never when
+    the chain holds an error that another try cannot fix."""
+    if _permanent_cause(exc):
+        return False
     return isinstance(exc, trio.TooSlowError) or is_retryable(exc)
+
+
+def _permanent_cause(exc: BaseException | None) -> bool:
+    seen = 0
+    while exc is not None and seen < 8:
+        args = getattr(exc, "args", ())
+        if args and isinstance(args[0], int) and args[0] in PERMANENT_DB_CODES:
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 def unwrap(exc: BaseException) -> BaseException:

@@ -11,6 +11,12 @@ Configured by the knowledge base's and the document's ``parser_config`` over
 - ``overlap_percent``: each chunk after the first starts with up to this share of
   ``chunk_token_num`` taken from the end of the one before (cut between words).
 
+- a character cap (``max_chars``, from ``Settings.max_chunk_chars``): text is cut into windows
+  of at most that many characters (at a space where there is one) before it is tokenized, and
+  no chunk is longer. A token cap alone does not bound a chunk: the model's tokenizer counts a
+  word of more than 100 characters as one unknown token, so one 20 MB "word" was one chunk, and
+  tokenizing one 20 MB line at once held a span per token (3 GB).
+
 Pieces are merged greedily in order across sections; a chunk's page is the page of its first
 new piece. The same sections and config always give the same chunks (the chunk ids of
 ``ingest.store`` follow from the positions).
@@ -61,6 +67,7 @@ DEFAULT_PARSER_CONFIG: dict[str, Any] = {
     "overlap_percent": 10,
 }
 MAX_CHUNK_TOKEN_NUM = 8192
+DEFAULT_MAX_CHARS = 20_000  # Settings.max_chunk_chars
 MAX_OVERLAP_PERCENT = 90
 _SENTENCE_END = re.compile(r"(?<=[.!?;:。！？；])(?=\s)")
 
@@ -72,6 +79,7 @@ class ChunkConfig:
     chunk_token_num: int = DEFAULT_PARSER_CONFIG["chunk_token_num"]
     delimiter: str = DEFAULT_PARSER_CONFIG["delimiter"]
     overlap_percent: int = DEFAULT_PARSER_CONFIG["overlap_percent"]
+    max_chars: int = DEFAULT_MAX_CHARS  # a setting, not a parser_config key (0: no cap)
 
     @classmethod
     def from_parser_configs(cls, *configs: Mapping[str, Any] | None) -> ChunkConfig:
@@ -158,6 +166,24 @@ def _split_keep(text: str, pattern: re.Pattern[str] | None) -> list[str]:
     return pieces
 
 
+def cut_by_chars(text: str, max_chars: int) -> list[str]:
+    """``text`` in consecutive parts of at most ``max_chars`` characters, each cut after the last
+    whitespace in its second half where there is one (0: no cap)."""
+    if max_chars <= 0 or len(text) <= max_chars:
+        return [text]
+    parts, start = [], 0
+    while len(text) - start > max_chars:
+        end = start + max_chars
+        space = max(
+            text.rfind(" ", start + max_chars // 2, end), text.rfind("\n", start + max_chars // 2, end)
+        )
+        cut = space + 1 if space > start else end
+        parts.append(text[start:cut])
+        start = cut
+    parts.append(text[start:])
+    return parts
+
+
 def cut_by_tokens(text: str, limit: int, tokenizer: TextTokenizer) -> list[str]:
     """``text`` in consecutive parts of at most ``limit`` tokens, cut between words if possible."""
     spans = tokenizer.spans(text)
@@ -202,7 +228,7 @@ def _pieces(sections: Iterable[Section], config: ChunkConfig, tokenizer: TextTok
     pattern = delimiter_pattern(config.delimiter)
     raw: list[tuple[str, int]] = []
     for section in sections:
-        parts = _split_keep(section.text, pattern)
+        parts = [w for p in _split_keep(section.text, pattern) for w in cut_by_chars(p, config.max_chars - 1)]
         if parts:
             parts[-1] += "\n"  # sections stay apart inside a chunk
         raw.extend((p, section.page) for p in parts if p)
@@ -224,21 +250,26 @@ def _pieces(sections: Iterable[Section], config: ChunkConfig, tokenizer: TextTok
 def chunk_sections(sections: Iterable[Section], config: ChunkConfig, tokenizer: TextTokenizer) -> list[Chunk]:
     """Merge sections' pieces into chunks of at most ``config.chunk_token_num`` tokens."""
     limit = config.chunk_token_num
+    max_chars = config.max_chars if config.max_chars > 0 else float("inf")
     drafts: list[tuple[str, int]] = []  # (content, page)
     texts: list[str] = []
-    tokens = fresh = page = 0  # fresh: pieces of this chunk that are not overlap
+    tokens = chars = fresh = page = 0  # fresh: pieces of this chunk that are not overlap
     for piece in _pieces(sections, config, tokenizer):
-        if fresh and tokens + piece.tokens > limit:
+        if fresh and (tokens + piece.tokens > limit or chars + len(piece.text) > max_chars):
             content = "".join(texts)
             drafts.append((content, page))
             overlap = overlap_tail(content, min(config.overlap_tokens, limit - piece.tokens), tokenizer)
+            if len(overlap) + len(piece.text) > max_chars:
+                overlap = ""  # no room for it within the character cap
             texts = [overlap] if overlap.strip() else []
             tokens = tokenizer.count(overlap) if texts else 0
+            chars = len(overlap) if texts else 0
             fresh = 0
         if not fresh:
             page = piece.page
         texts.append(piece.text)
         tokens += piece.tokens
+        chars += len(piece.text)
         fresh += 1
     if fresh:
         drafts.append(("".join(texts), page))

@@ -118,7 +118,20 @@ def parse_document(
     if kind == "tsv":
         return _parse_csv(data, from_page, to_page, delimiter="\t")
     sections = parser(data, from_page, to_page)
-    return [s for s in sections if s.text.strip()]
+    return [_storable(s) for s in sections if s.text.strip()]
+
+
+def _storable(section: Section) -> Section:
+    """The section with any lone surrogate (JSON's ``"\\ud800"`` decodes to one) replaced by
+    U+FFFD: neither the tokenizer nor the database takes one."""
+    text = section.text
+    if text.isascii():
+        return section
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return Section(text.encode("utf-16", "surrogatepass").decode("utf-16", "replace"), section.page)
+    return section
 
 
 # ---------------------------------------------------------------------------- text formats
@@ -202,7 +215,7 @@ _HTML_BLOCKS = (
 
 
 def _parse_html(data: bytes, from_page: int, to_page: int) -> list[Section]:
-    from bs4 import BeautifulSoup, Comment, Declaration, Doctype, NavigableString, ProcessingInstruction
+    from bs4 import BeautifulSoup
 
     head = data[:4096].lower()
     if b"charset" not in head:
@@ -211,27 +224,48 @@ def _parse_html(data: bytes, from_page: int, to_page: int) -> list[Section]:
         return []
     soup = BeautifulSoup(data, "lxml")
     title = soup.title.get_text(" ", strip=True) if soup.title else ""
-    for tag in soup.find_all(_HTML_DROP):
-        tag.decompose()
-    for node in soup.find_all(
-        string=lambda s: isinstance(s, (Comment, Declaration, Doctype, ProcessingInstruction))
-    ):
-        node.extract()
-    for string in soup.find_all(string=True):
-        if string.find_parent("pre") is None and isinstance(string, NavigableString):
-            string.replace_with(re.sub(r"\s+", " ", str(string)))
-    for br in soup.find_all("br"):
-        br.replace_with("\n")
-    for cell in soup.find_all(("td", "th")):
-        cell.append(" | ")
-    for block in soup.find_all(_HTML_BLOCKS):
-        block.insert_before("\n")
-        block.append("\n")
-    lines = (line.strip(" |") for line in soup.get_text().split("\n"))
+    lines = (line.strip(" |") for line in _html_text(soup).split("\n"))
     sections = [Section(line) for line in lines if line.strip()]
     if title and title not in {s.text for s in sections[:3]}:
         sections.insert(0, Section(title))
     return sections
+
+
+def _html_text(root: Any) -> str:
+    """The text of a parsed HTML tree in one walk, each node visited once (an explicit stack:
+    200,000 nested elements are neither quadratic nor a recursion): dropped elements and
+    comments left out, whitespace collapsed outside ``<pre>``, ``<br>`` a line break, a cell
+    followed by ``" | "``, a block element on lines of its own."""
+    from bs4 import CData, Comment, Declaration, Doctype, NavigableString, ProcessingInstruction, Tag
+
+    skipped = (Comment, Declaration, Doctype, ProcessingInstruction)
+    kept_in_pre = (NavigableString, CData)  # what get_text() keeps of a string left as parsed
+    parts: list[str] = []
+    stack: list[tuple[Iterator[Any], str, bool]] = [(iter(root.contents), "", False)]
+    while stack:
+        children, name, in_pre = stack[-1]
+        child = next(children, None)
+        if child is None:
+            stack.pop()
+            if name in ("td", "th"):
+                parts.append(" | ")
+            if name in _HTML_BLOCKS:
+                parts.append("\n")
+        elif isinstance(child, NavigableString):
+            if isinstance(child, skipped):
+                continue
+            if not in_pre:
+                parts.append(re.sub(r"\s+", " ", str(child)))
+            elif type(child) in kept_in_pre:
+                parts.append(str(child))
+        elif isinstance(child, Tag) and child.name not in _HTML_DROP:
+            if child.name == "br":
+                parts.append("\n")
+                continue
+            if child.name in _HTML_BLOCKS:
+                parts.append("\n")
+            stack.append((iter(child.contents), child.name, in_pre or child.name == "pre"))
+    return "".join(parts)
 
 
 # ---------------------------------------------------------------------------- PDF
@@ -270,8 +304,78 @@ def _parse_pdf(data: bytes, from_page: int, to_page: int) -> list[Section]:
 # ---------------------------------------------------------------------------- DOCX
 
 
+# A DOCX is a zip: what its members may inflate to, checked before python-docx inflates them.
+DOCX_MAX_MEMBERS = 10_000
+DOCX_MAX_MEMBER_BYTES = 256 << 20  # one member, uncompressed
+DOCX_MAX_TOTAL_BYTES = 512 << 20  # all members together, uncompressed
+DOCX_MAX_RATIO = 200  # uncompressed / compressed, for a member past DOCX_RATIO_FROM_BYTES
+DOCX_RATIO_FROM_BYTES = 1 << 20
+_READ_BLOCK = 1 << 20
+
+
+def check_zip_members(data: bytes, what: str = "DOCX") -> None:
+    """Refuse a zip whose members would inflate past the budget: each member's declared size
+    and ratio, then its actual size, read as a stream in blocks and counted (a member whose data
+    inflates past what its header declares is refused, not trusted)."""
+    import zipfile
+
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+        members = archive.infolist()
+    except (zipfile.BadZipFile, ValueError, OSError) as exc:
+        raise BadDocument(f"unreadable {what}: {type(exc).__name__}: {exc}") from None
+    if len(members) > DOCX_MAX_MEMBERS:
+        raise BadDocument(f"{what} has {len(members)} zip members (at most {DOCX_MAX_MEMBERS})")
+    declared = 0
+    for info in members:
+        declared += info.file_size
+        if info.file_size > DOCX_MAX_MEMBER_BYTES or declared > DOCX_MAX_TOTAL_BYTES:
+            raise BadDocument(
+                f"{what} member {info.filename!r} inflates to {info.file_size} bytes ({declared} in all; "
+                f"at most {DOCX_MAX_MEMBER_BYTES} per member, {DOCX_MAX_TOTAL_BYTES} in all): a zip bomb?"
+            )
+        ratio = info.file_size / max(info.compress_size, 1)
+        if info.file_size > DOCX_RATIO_FROM_BYTES and ratio > DOCX_MAX_RATIO:
+            raise BadDocument(
+                f"{what} member {info.filename!r} inflates {ratio:.0f} times ({info.compress_size} → "
+                f"{info.file_size} bytes; at most {DOCX_MAX_RATIO}): a zip bomb?"
+            )
+    for info in members:
+        _read_counted(archive, info, what)
+
+
+def _read_counted(archive: Any, info: Any, what: str) -> None:
+    import zipfile
+    import zlib
+
+    actual = 0
+    try:
+        with archive.open(info) as member:
+            while block := member.read(_READ_BLOCK):
+                actual += len(block)
+                if actual > info.file_size:
+                    break
+    except (
+        zipfile.BadZipFile,
+        zlib.error,
+        EOFError,
+        OSError,
+        ValueError,
+        NotImplementedError,
+        RuntimeError,
+    ) as exc:
+        raise BadDocument(
+            f"unreadable {what} member {info.filename!r}: {type(exc).__name__}: {exc}"
+        ) from None
+    if actual != info.file_size:
+        raise BadDocument(
+            f"{what} member {info.filename!r} holds {actual} bytes, not the {info.file_size} its header declares"
+        )
+
+
 def _parse_docx(data: bytes, from_page: int, to_page: int) -> list[Section]:
     import zipfile
+    import zlib
 
     import docx
     from docx.table import Table
@@ -280,9 +384,12 @@ def _parse_docx(data: bytes, from_page: int, to_page: int) -> list[Section]:
         raise BadDocument("not a DOCX: not a zip archive (a .doc or another format renamed?)")
     if not _owns_page_zero(from_page, to_page):
         return []
+    check_zip_members(data)
+    from lxml.etree import LxmlError
+
     try:
         document = docx.Document(io.BytesIO(data))
-    except (zipfile.BadZipFile, KeyError, ValueError) as exc:
+    except (zipfile.BadZipFile, zlib.error, KeyError, ValueError, NotImplementedError, LxmlError) as exc:
         raise BadDocument(f"unreadable DOCX: {type(exc).__name__}: {exc}") from None
     sections: list[Section] = []
     for block in document.iter_inner_content():
@@ -383,6 +490,8 @@ def _parse_json(data: bytes, from_page: int, to_page: int) -> list[Section]:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise BadDocument(f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except ValueError as exc:  # a number of more digits than Python converts
+        raise BadDocument(f"invalid JSON: {exc}") from None
     if not _owns_page_zero(from_page, to_page):
         return []
     return _json_sections(value)
@@ -400,6 +509,8 @@ def _parse_jsonl(data: bytes, from_page: int, to_page: int) -> list[Section]:
                 records.append(json.loads(line))
             except json.JSONDecodeError as exc:
                 raise BadDocument(f"invalid JSON Lines: {exc.msg} on line {lineno}") from None
+            except ValueError as exc:
+                raise BadDocument(f"invalid JSON Lines: {exc} on line {lineno}") from None
     if not _owns_page_zero(from_page, to_page):
         return []
     return _json_sections(records)

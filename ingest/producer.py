@@ -291,6 +291,15 @@ def _stage_with(
         doc_type = doc_type_of(item.name)
         location = location_for(kb, doc, content)
         pages = counter.count(item.data) if doc_type == "pdf" else None
+        if settings.max_pages and pages is not None and pages > settings.max_pages:
+            refused.append(
+                (
+                    item.origin,
+                    f"{pages} pages, more than the limit of {settings.max_pages} pages per document "
+                    "(INGEST_MAX_PAGES)",
+                )
+            )
+            continue
         staged.append(
             _Staged(item.name, item.origin, doc, len(item.data), content, doc_type, location, pages)
         )

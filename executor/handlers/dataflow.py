@@ -14,6 +14,7 @@ An unknown dataflow id, a DSL no longer valid or a missing document fail the tas
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -30,7 +31,7 @@ from ingest.embedding import EmbeddingService
 from ingest.errors import PermanentError
 from ingest.parsers import extra_parsers
 from ingest.storage import Storage, open_storage
-from ingest.worker import run_in_worker
+from ingest.worker import WorkerBudget, run_in_worker
 
 NO_PAGE_LIMIT = 100_000_000
 
@@ -82,13 +83,21 @@ async def dataflow_task(ctx: TaskContext, service: EmbeddingService, storage: St
     )
     del data
     target = None if debug else _target(ctx)
-    runtime = Runtime(ctx.settings.embedding_model, service, ctx.limiters.db_limiter, target)
+    budget = WorkerBudget.from_settings(ctx.settings)
+    runtime = Runtime(
+        ctx.settings.embedding_model,
+        service,
+        ctx.limiters.db_limiter,
+        target,
+        max_chars=budget.max_held_chars,
+        max_chunk_chars=ctx.settings.max_chunk_chars,
+    )
     result = await run_graph(
         graph,
         file,
         runtime,
         ctx.report,
-        run_worker=run_in_worker,
+        run_worker=functools.partial(run_in_worker, budget=budget),
         extra_parsers=extra_parsers(),
         previews=debug,
     )

@@ -8,6 +8,7 @@ the row with that reason (progress -1) and goes on with other tasks.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from collections.abc import Awaitable, Callable
@@ -23,7 +24,7 @@ from ingest.embedding import EmbeddingService
 from ingest.errors import PermanentError
 from ingest.storage import Storage, open_storage
 from ingest.store import record_embedding_model, store_chunks
-from ingest.worker import parse_and_chunk_in_worker
+from ingest.worker import WorkerBudget, parse_and_chunk_in_worker
 
 # Progress fractions at the end of each stage (the finisher writes 1.0).
 PARSED, CHUNKED, EMBEDDED, INDEXED = 0.30, 0.35, 0.90, 0.98
@@ -45,7 +46,10 @@ async def parse_task(ctx: TaskContext, service: EmbeddingService, storage: Stora
     """Parse, chunk, embed and index one task's pages of its document."""
     started = time.monotonic()
     doc, kb, row = _require(ctx)
-    config = ChunkConfig.from_parser_configs(kb.get("parser_config"), doc.get("parser_config"))
+    config = dataclasses.replace(
+        ChunkConfig.from_parser_configs(kb.get("parser_config"), doc.get("parser_config")),
+        max_chars=ctx.settings.max_chunk_chars,
+    )
     model = ctx.settings.embedding_model
     from_page, to_page = int(row.get("from_page") or 0), int(row.get("to_page") or 0)
     ctx.report(0.01, "parsing…")
@@ -54,7 +58,13 @@ async def parse_task(ctx: TaskContext, service: EmbeddingService, storage: Stora
         _read_bytes, storage, doc["location"], limiter=ctx.limiters.db_limiter
     )
     parsed = await parse_and_chunk_in_worker(
-        data, doc.get("doc_type") or "", from_page, to_page, config, model
+        data,
+        doc.get("doc_type") or "",
+        from_page,
+        to_page,
+        config,
+        model,
+        budget=WorkerBudget.from_settings(ctx.settings),
     )
     ended = time.time()  # one worker job: its parse and chunk stages become two spans
     record_span("parse", began, ended - parsed.chunk_s, bytes=len(data), sections=parsed.sections)

@@ -30,11 +30,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ingest.chunking import (
+    DEFAULT_MAX_CHARS,
     DEFAULT_PARSER_CONFIG,
     MAX_CHUNK_TOKEN_NUM,
     MAX_OVERLAP_PERCENT,
     Chunk,
     ChunkConfig,
+    cut_by_chars,
     cut_by_tokens,
     delimiter_pattern,
     overlap_tail,
@@ -114,6 +116,28 @@ class Runtime:
     db_limiter: trio.CapacityLimiter
     target: IndexTarget | None
     on_progress: Callable[[int, int], None] | None = None
+    max_chars: int = 0  # characters one component's output may hold (0: no budget)
+    max_chunk_chars: int = DEFAULT_MAX_CHARS  # characters one chunk may hold (Settings.max_chunk_chars)
+
+
+def held_chars(value: Any) -> int:
+    """Characters of text a component's output holds (sections or chunks; 0 for the rest)."""
+    if isinstance(value, ChunkSet):
+        return sum(len(c.content) for c in value.chunks)
+    if isinstance(value, list):
+        return sum(len(s.text) for s in value if isinstance(s, Section))
+    return 0
+
+
+def check_held(label: str, values: Sequence[Any], max_chars: int) -> None:
+    """BadDocument when ``values`` together hold more text than the budget (``max_chars``; 0: none)."""
+    if max_chars > 0:
+        held = sum(held_chars(v) for v in values)
+        if held > max_chars:
+            raise BadDocument(
+                f"{label} would hold {held} characters, more than {max_chars} characters "
+                "(a component's budget, from worker_max_memory_mb): fewer inputs or a smaller document"
+            )
 
 
 def merge_chunk_sets(sets: Sequence[ChunkSet]) -> ChunkSet:
@@ -175,13 +199,37 @@ def a_format(v: Any) -> str | None:
     return f"must be auto or a document type ({known}), not {v!r}"
 
 
+MAX_PATTERN_CHARS = 1000
+_REGEX_MAX_MEM = 32 << 20  # RE2's memory for one compiled pattern
+
+
+def compile_regex(pattern: str, ignore_case: bool = False) -> Any:
+    """``pattern`` compiled by RE2: a linear-time engine, so no pattern can backtrack
+    catastrophically on any text. It has no backreferences and no lookaround, and its ``\\w``,
+    ``\\d`` and ``\\b`` are ASCII (``\\pL`` is any letter). Raises ``re2.error``."""
+    import re2
+
+    options = re2.Options()
+    options.log_errors = False
+    options.case_sensitive = not ignore_case
+    options.max_mem = _REGEX_MAX_MEM
+    return re2.compile(pattern, options)
+
+
 def a_regex(v: Any) -> str | None:
+    import re2
+
     if not isinstance(v, str) or not v:
         return f"must be a non-empty regular expression, not {v!r}"
+    if len(v) > MAX_PATTERN_CHARS:
+        return f"must be at most {MAX_PATTERN_CHARS} characters, not {len(v)}"
     try:
-        re.compile(v)
-    except re.error as exc:
-        return f"is not a valid regular expression: {exc}"
+        compile_regex(v)
+    except re2.error as exc:
+        reason = (
+            exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        )
+        return f"is not a pattern that runs in linear time (RE2: {reason}; no backreference, no lookaround)"
     return None
 
 
@@ -208,7 +256,7 @@ def _mark_html_headings(data: bytes) -> bytes:
     if b"charset" not in data[:4096].lower():
         decode_text(data, "HTML")  # undeclared encodings must be UTF-8, as the parser requires
     soup = BeautifulSoup(data, "lxml")
-    for tag in soup.find_all(_HEADING_TAGS):
+    for tag in _outermost(soup, _HEADING_TAGS):
         text = tag.get_text(" ", strip=True)
         tag.clear()
         if text:
@@ -216,15 +264,41 @@ def _mark_html_headings(data: bytes) -> bytes:
     return soup.encode("utf-8")  # bs4 rewrites a <meta charset> to the new encoding
 
 
+def _outermost(root: Any, names: tuple[str, ...]) -> list[Any]:
+    """The elements named ``names`` that are inside no other such element, in document order,
+    in one walk (a heading nested in a heading is part of the outer one's text: marking each
+    in turn read every nested subtree again, quadratic in the depth)."""
+    from bs4 import Tag
+
+    found: list[Any] = []
+    stack = [iter(root.contents)]
+    while stack:
+        child = next(stack[-1], None)
+        if child is None:
+            stack.pop()
+        elif isinstance(child, Tag):
+            if child.name in names:
+                found.append(child)
+            else:
+                stack.append(iter(child.contents))
+    return found
+
+
 # -- Splitter (worker) -------------------------------------------------------------------------
 
 _HEADING_LINE = re.compile(r"^ {0,3}(#{1,6})[ \t]+(\S.*?)[ \t#]*$")
 
 
-def split(params: Mapping[str, Any], inputs: Sequence[list[Section]], tokenizer: Any) -> ChunkSet:
+def split(
+    params: Mapping[str, Any],
+    inputs: Sequence[list[Section]],
+    tokenizer: Any,
+    max_chars: int = DEFAULT_MAX_CHARS,
+) -> ChunkSet:
     """Chunks by tokens (merged up to ``chunk_token_num``), by delimiter (each delimiter ends a
     chunk) or by Markdown headings (no chunk spans two sections); ``overlap_percent`` of a chunk
-    repeats at the start of the next one cut from the same stretch of text."""
+    repeats at the start of the next one cut from the same stretch of text. No chunk holds more
+    than ``max_chars`` characters."""
     sections = [s for group in inputs for s in group]
     method = params["method"]
     delimiter = params["delimiter"]
@@ -237,25 +311,30 @@ def split(params: Mapping[str, Any], inputs: Sequence[list[Section]], tokenizer:
             "delimiter": delimiter,
         }
     )
+    config = dataclasses.replace(config, max_chars=max_chars)
     if method == "tokens":
         chunks = chunk_by_tokens(sections, config, tokenizer)
         return ChunkSet(chunks, [{} for _ in chunks])
     if method == "delimiter":
-        return _delimited_chunks(_delimited(sections, config.delimiter), config, tokenizer)
+        return _delimited_chunks(_delimited(sections, config.delimiter, max_chars), config, tokenizer)
     return _chunk_segments(_heading_segments(sections, params["max_heading_level"]), config, tokenizer)
 
 
-def _delimited(sections: Sequence[Section], delimiter: str) -> list[Section]:
-    """Each section cut after every delimiter (kept at the end of its piece)."""
+def _delimited(
+    sections: Sequence[Section], delimiter: str, max_chars: int = DEFAULT_MAX_CHARS
+) -> list[Section]:
+    """Each section cut after every delimiter (kept at the end of its piece), and a piece longer
+    than ``max_chars`` into windows (before anything tokenizes it)."""
     pattern = delimiter_pattern(delimiter)
     pieces: list[Section] = []
     for section in sections:
         start = 0
         ends = [m.end() for m in pattern.finditer(section.text)] if pattern is not None else []
         for end in [*ends, len(section.text)]:
-            text = section.text[start:end].strip()
-            if text:
-                pieces.append(Section(text, section.page))
+            for window in cut_by_chars(section.text[start:end], max_chars):
+                text = window.strip()
+                if text:
+                    pieces.append(Section(text, section.page))
             start = max(start, end)
     return pieces
 
@@ -279,7 +358,8 @@ def _delimited_chunks(pieces: Sequence[Section], config: ChunkConfig, tokenizer:
         tail = overlap_tail(previous, min(overlap, limit - tokens), tokenizer).strip() if previous else ""
         content = f"{tail} {text}" if tail else text
         count = tokenizer.count(content) if tail else tokens
-        if count > limit:  # the join tokenised longer than its parts: drop the overlap
+        if count > limit or (config.max_chars > 0 and len(content) > config.max_chars):
+            # the join tokenised longer than its parts, or is past the character cap: no overlap
             content, count = text, tokens
         chunks.append(Chunk(content, page, count, len(chunks)))
         previous = text
@@ -353,7 +433,7 @@ def extract(params: Mapping[str, Any], inputs: Sequence[ChunkSet]) -> ChunkSet:
             for c, m in zip(merged.chunks, merged.meta, strict=True)
         ]
     else:
-        pattern = re.compile(params["pattern"], re.IGNORECASE if params["ignore_case"] else 0)
+        pattern = compile_regex(params["pattern"], params["ignore_case"])
         meta = [
             {**m, **regex_fields(pattern, c.content, params["field"] or "match", params["all"])}
             for c, m in zip(merged.chunks, merged.meta, strict=True)
@@ -370,8 +450,10 @@ def keywords(text: str, top_n: int) -> list[str]:
     return sorted(counts, key=lambda w: (-counts[w], first[w]))[:top_n]
 
 
-def regex_fields(pattern: re.Pattern[str], text: str, field_name: str, all_matches: bool) -> dict[str, Any]:
-    def value(match: re.Match[str]) -> str:
+def regex_fields(pattern: Any, text: str, field_name: str, all_matches: bool) -> dict[str, Any]:
+    """Fields from ``pattern`` (an RE2 pattern, or any with the ``re`` API) on ``text``."""
+
+    def value(match: Any) -> str:
         return match.group(1) if pattern.groups else match.group(0)
 
     if pattern.groupindex:
@@ -531,26 +613,42 @@ Step = tuple[str, str, dict[str, Any], tuple[str, ...]]  # (id, type, params, in
 
 
 def run_worker_stage(
-    steps: Sequence[Step], values: dict[str, Any], model: str, extra: dict[str, str]
+    steps: Sequence[Step],
+    values: dict[str, Any],
+    model: str,
+    extra: dict[str, str],
+    max_chars: int = 0,
+    max_chunk_chars: int = DEFAULT_MAX_CHARS,
 ) -> dict[str, Any]:
     """Runs in a worker process: ``steps`` in order, each on ``values`` of its inputs (given, or
-    made by an earlier step); returns every step's output. A failure names its component."""
+    made by an earlier step), each output held to ``max_chars``; returns every step's output.
+    A failure names its component."""
     from ingest.tokens import load_tokenizer
+    from ingest.worker import restart_deadline
 
     out: dict[str, Any] = {}
     for cid, type_name, params, input_ids in steps:
         inputs = [out[i] if i in out else values[i] for i in input_ids]
+        restart_deadline()  # each component has a time budget of its own (parse_timeout_s)
+        label = f"component {cid!r} ({type_name})"
         try:
+            check_held(label, inputs, max_chars)  # what it would take, concatenated
             if type_name == "Parser":
                 out[cid] = parse(params, inputs, extra)
             elif type_name == "Splitter":
-                out[cid] = split(params, inputs, load_tokenizer(model))
+                out[cid] = split(params, inputs, load_tokenizer(model), max_chunk_chars)
             else:
                 out[cid] = REGISTRY[type_name].run(params, inputs)  # type: ignore[misc]
+            check_held(label, [out[cid]], max_chars)  # and what it made (overlap repeats text)
         except PermanentError as exc:
+            if str(exc).startswith(f"component {cid!r}"):
+                raise
+
             raise type(exc)(f"component {cid!r} ({type_name}): {exc}") from None
         except RecursionError:
             raise BadDocument(f"component {cid!r} ({type_name}): nested too deeply to process") from None
+        except MemoryError:  # the worker's budget names the cap
+            raise MemoryError(f"component {cid!r} ({type_name})") from None
         except Exception as exc:  # noqa: BLE001 - a library's own error on this content, reported as is
             raise BadDocument(
                 f"component {cid!r} ({type_name}) failed: {type(exc).__name__}: {exc}"

@@ -9,7 +9,10 @@ A DSL is ``{"components": [...], "description": "..."}``; each component is
   each the id of a component of the graph, of a kind it takes (a Splitter takes sections, an
   Indexer embedded chunks, …);
 - no cycle;
-- exactly one sink, an ``Indexer``: every component's output is consumed, except the Indexer's.
+- exactly one sink, an ``Indexer``: every component's output is consumed, except the Indexer's;
+- no component holds more than ``MAX_COPIES`` copies of the document: a component with several
+  inputs takes them concatenated, so its copies are the paths from the File to it (fan-in
+  multiplies: 45 Splitters into one Extractor is 45 copies, two such layers 2,025).
 
 :func:`parse_dsl` reports every problem it finds in one :class:`DslError`, each naming its
 component.
@@ -28,6 +31,7 @@ from ingest.errors import PermanentError
 TOP_KEYS = ("components", "description")
 COMPONENT_KEYS = ("id", "type", "params", "inputs")
 MAX_COMPONENTS = 100
+MAX_COPIES = 8  # copies of the document's text one component may hold (paths from the File)
 _ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 
 
@@ -76,6 +80,8 @@ def parse_dsl(dsl: Any) -> Graph:
     order = _order(components, problems)
     source, sink, consumers = _check_ends(components, named, problems)
     gives = _check_kinds(components, order, problems) if len(order) == len(components) else {}
+    if len(order) == len(components):
+        _check_copies(components, order, problems)
     if problems:
         raise DslError(problems)
     return Graph({cid: components[cid] for cid in order}, tuple(order), source, sink, consumers, gives)
@@ -231,6 +237,19 @@ def _check_kinds(components: dict[str, Component], order: list[str], problems: l
             problems.append(f"{c.label()}: its inputs give different kinds ({', '.join(sorted(set(kinds)))})")
         gives[cid] = c.kind.gives or (kinds[0] if kinds else c.kind.takes[0])
     return gives
+
+
+def _check_copies(components: dict[str, Component], order: list[str], problems: list[str]) -> None:
+    """Refuse a component whose inputs would hold more than MAX_COPIES copies of the document."""
+    copies: dict[str, int] = {}
+    for cid in order:
+        c = components[cid]
+        copies[cid] = 1 if not c.inputs else sum(copies.get(i, 0) for i in c.inputs)
+        if copies[cid] > MAX_COPIES and all(copies.get(i, 0) <= MAX_COPIES for i in c.inputs):
+            problems.append(
+                f"{c.label()} would hold {copies[cid]} copies of the document (its inputs' paths from the "
+                f"File; at most {MAX_COPIES}): take fewer inputs"
+            )
 
 
 def _check_ends(

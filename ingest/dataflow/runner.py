@@ -29,13 +29,15 @@ from ingest.dataflow.components import (
     FileInput,
     IndexResult,
     Runtime,
+    check_held,
     run_worker_stage,
 )
 from ingest.dataflow.dsl import Graph
+from ingest.errors import PermanentError
 from ingest.parsers import Section
 
 Report = Callable[[float | None, str], None]
-WorkerCall = Callable[..., Awaitable[Any]]  # ingest.worker.run_in_worker: (fn, *args) in a worker
+WorkerCall = Callable[..., Awaitable[Any]]  # ingest.worker.run_in_worker: (fn, *args, steps=N) in a worker
 
 START, END = 0.02, 0.98  # progress before the first and after the last component
 WEIGHTS = {"File": 0.0, "Parser": 2.0, "Splitter": 1.0, "Extractor": 0.5, "Embedder": 4.0, "Indexer": 1.0}
@@ -80,7 +82,21 @@ async def run_graph(
                 i: run.values[i] for cid in stage for i in graph.components[cid].inputs if i in run.values
             }
             report(run.fraction_before(stage[0]), f"{_names(graph, stage)}: running in a worker process")
-            outputs = await run_worker(run_worker_stage, steps, given, rt.model, dict(extra_parsers or {}))
+            try:
+                outputs = await run_worker(
+                    run_worker_stage,
+                    steps,
+                    given,
+                    rt.model,
+                    dict(extra_parsers or {}),
+                    rt.max_chars,
+                    rt.max_chunk_chars,
+                    steps=len(stage),
+                )
+            except PermanentError as exc:  # the worker's own end (a budget, a crash): name the stage
+                if str(exc).startswith("component "):
+                    raise
+                raise type(exc)(f"{_names(graph, stage)}: {exc}") from None
             for cid in stage:
                 run.finished(cid, outputs[cid])
             continue
@@ -88,6 +104,8 @@ async def run_graph(
         c = graph.components[cid]
         inputs = [run.values[i] for i in c.inputs]
         rt.on_progress = run.embed_progress(cid) if c.type == "Embedder" else None
+        # the executor's own components hold their concatenated inputs: checked before they run
+        check_held(c.label(), inputs, rt.max_chars)
         run.finished(cid, await REGISTRY[c.type].run(c.params, inputs, rt))  # type: ignore[misc]
     run.result.outputs = fit_outputs(run.result.outputs) if previews else {}
     return run.result

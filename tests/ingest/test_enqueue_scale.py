@@ -28,7 +28,8 @@ def test_ten_thousand_tasks_in_one_enqueue_call(settings, rclient, keys):
 def test_ten_thousand_page_ranges_in_one_submit_call(settings, rclient, keys):
     data = make_pdf(N)
     start = time.perf_counter()
-    result = submit_documents(settings.replace(pages_per_task=1), [("big.pdf", data)], "kb1")
+    s = settings.replace(pages_per_task=1, max_pages=N)  # over the default cap of 5000 pages
+    result = submit_documents(s, [("big.pdf", data)], "kb1")
     elapsed = time.perf_counter() - start
     print(f"\nsubmit_documents: {N} tasks in {elapsed:.2f} s ({N / elapsed:.0f} tasks/s)")
     assert len(result.task_ids) == N and result.published == N
