@@ -42,6 +42,7 @@ log = logging.getLogger("executor.daemon")
 
 HANDBACK_WAIT_S = 10.0  # after the grace period: for cancelled runs to settle
 FINISH_WAIT_S = 10.0  # for the last terminal writes and acks
+TEARDOWN_WAIT_S = 5.0  # for the heartbeat release and the connections' close
 
 
 @dataclass(frozen=True)
@@ -168,8 +169,10 @@ class Daemon:
                     await self._shutdown(collected)
                     nursery.cancel_scope.cancel()
             finally:
-                with trio.CancelScope(shield=True), trio.move_on_after(5):
-                    await trio.to_thread.run_sync(self._teardown)
+                with trio.CancelScope(shield=True), trio.move_on_after(TEARDOWN_WAIT_S):
+                    # abandoned, not waited for, if it outlasts the bound (a close that hangs on
+                    # an unreachable server must not keep the process from exiting)
+                    await trio.to_thread.run_sync(self._teardown, abandon_on_cancel=True)
                 log.info("executor %s exiting", self.consumer)
 
     async def _start_up(self, signals: Any) -> bool:

@@ -73,3 +73,21 @@ def test_sigterm_during_the_start_up_takeover_hands_the_taken_over_task_back_wit
         assert second.stop() == 0
     done = row(tid)
     assert done["owner"] == "host_2" and done["attempt"] == 2 and done["handback_count"] == 1
+
+
+async def test_hole16_a_teardown_that_hangs_is_abandoned_after_its_bound(xsettings, monkeypatch, db):
+    """Issue 12 hole 16: the teardown's 5 s bound wrapped a thread that could not be abandoned,
+    so a close hanging on an unreachable server held the exit for as long as it hung."""
+    import trio
+
+    import executor.daemon as daemon_module
+    from executor.daemon import Daemon
+
+    monkeypatch.setattr(daemon_module, "TEARDOWN_WAIT_S", 0.5, raising=False)
+    monkeypatch.setattr(Daemon, "_teardown", lambda self: time.sleep(20))
+    daemon = Daemon(xsettings, "host_1")
+    began = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(daemon.run)
+        daemon.request_stop()
+    assert trio.current_time() - began < 10
