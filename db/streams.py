@@ -61,20 +61,22 @@ def tenant_of(message: Mapping[str, Any]) -> str:
         return DEFAULT_TENANT
 
 
+# Every client of the project (executors, CLI, the HTTP API's pool): timeouts longer than the
+# longest blocking read; bytes that are not UTF-8 (a producer outside the contract) decode as
+# U+FFFD instead of failing the whole reply, so such a message is dead-lettered as not JSON.
+CLIENT_OPTIONS: dict[str, Any] = {
+    "decode_responses": True,
+    "encoding_errors": "replace",
+    "socket_timeout": 10,
+    "socket_connect_timeout": 5,
+    "socket_keepalive": True,
+    "health_check_interval": 30,
+}
+
+
 def connect(url: str) -> redis.Redis:
-    """A client for ``INGEST_REDIS_URL`` with timeouts longer than the longest blocking read.
-    Bytes that are not UTF-8 (a producer outside the contract) decode as U+FFFD instead of
-    failing the whole reply: such a message is then dead-lettered as not JSON."""
-    return redis.Redis.from_url(
-        url,
-        decode_responses=True,
-        encoding_errors="replace",
-        socket_timeout=10,
-        socket_connect_timeout=5,
-        socket_keepalive=True,
-        health_check_interval=30,
-        retry_on_timeout=False,
-    )
+    """A client for ``INGEST_REDIS_URL`` (:data:`CLIENT_OPTIONS`)."""
+    return redis.Redis.from_url(url, retry_on_timeout=False, **CLIENT_OPTIONS)
 
 
 def encode_message(message: Mapping[str, Any]) -> str:
