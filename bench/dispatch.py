@@ -64,6 +64,14 @@ async def noop(ctx) -> None:
     return None
 
 
+async def stamp(ctx):
+    """The paced run's task type: its first line notes the wall clock (ms), kept on the row."""
+    first_line_ms = time.time() * 1000
+    from executor.context import TaskResult
+
+    return TaskResult(extra={"first_line_ms": first_line_ms})
+
+
 def _settings(name: str, concurrency: int) -> Settings:
     base = os.environ.get("BENCH_MYSQL_URL", "mysql://root@127.0.0.1:3306")
     return Settings.from_env(
@@ -73,7 +81,7 @@ def _settings(name: str, concurrency: int) -> Settings:
         max_concurrent_tasks=concurrency,
         tenant_max_running=1000,  # one tenant: a cap that does not bind (the gate's cost alone)
         stagger_s=0.0,
-        extra_handlers="noop=bench.dispatch:noop",
+        extra_handlers="noop=bench.dispatch:noop,stamp=bench.dispatch:stamp",
     )
 
 
@@ -195,7 +203,11 @@ def _drain_rate(ids: list[str]) -> float:
     return len(ids) / max((last - first) / 1000, 1e-3)
 
 
-def paced_latency(settings: Settings, n: int, rate: float, log: Path) -> tuple[float, float]:
+def paced_latency(settings: Settings, n: int, rate: float, log: Path) -> dict[str, tuple[float, float]]:
+    """An idle executor, ``n`` tasks submitted one at a time at ``rate``/s. Two measures, ms,
+    (p50, p99): ``returned`` from ``enqueue_tasks`` returning (rows committed, message published)
+    to the handler's first line, as issue 13 defines start latency; ``called`` from the call, so
+    the producer's own insert, commit and publish are in it too (the figure printed before)."""
     from ingest.producer import enqueue_tasks
 
     keys = Keys(settings.key_prefix)
@@ -205,24 +217,33 @@ def paced_latency(settings: Settings, n: int, rate: float, log: Path) -> tuple[f
         while not client.exists(keys.executor("bench_1")):
             time.sleep(0.05)
         time.sleep(0.5)
-        sent: dict[str, int] = {}
+        called: dict[str, float] = {}
+        returned: dict[str, float] = {}
         period = 1.0 / rate
         next_at = time.monotonic()
+        task = [{"task_type": "stamp", "priority": 0, "doc_id": ""}]
         for _ in range(n):
             next_at += period
             time.sleep(max(0.0, next_at - time.monotonic()))
             t0 = time.time() * 1000
-            (task_id,) = enqueue_tasks(settings, _tasks(1))
-            sent[task_id] = int(t0)
-        _wait_done(list(sent), timeout_s=120)
+            (task_id,) = enqueue_tasks(settings, task)
+            returned[task_id], called[task_id] = time.time() * 1000, t0
+        _wait_done(list(called), timeout_s=120)
     finally:
         proc.terminate()
         proc.wait(timeout=60)
         client.close()
     with unit():
-        begins = dict(Task.select(Task.id, Task.begin_at).where(Task.id.in_(list(sent))).tuples())
-    lat = sorted(begins[t] - sent[t] for t in sent)
-    return statistics.median(lat), lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+        first = {
+            t: r["first_line_ms"]
+            for t, r in Task.select(Task.id, Task.result).where(Task.id.in_(list(called))).tuples()
+        }
+
+    def _p(sent: dict[str, float]) -> tuple[float, float]:
+        lat = sorted(first[t] - sent[t] for t in sent)
+        return statistics.median(lat), lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+
+    return {"returned": _p(returned), "called": _p(called)}
 
 
 def _free_port() -> int:
@@ -437,8 +458,13 @@ def main() -> None:
         print(
             f"drain     : {drained:8.0f} tasks/s   (one executor, concurrency {args.concurrency}, N={args.n})"
         )
-        p50, p99 = paced_latency(settings, args.paced, args.rate, log)
-        print(f"latency   : p50 {p50:.0f} ms, p99 {p99:.0f} ms   ({args.paced} tasks at {args.rate:g}/s)")
+        lat = paced_latency(settings, args.paced, args.rate, log)
+        (p50, p99), (c50, c99) = lat["returned"], lat["called"]
+        print(
+            f"latency   : p50 {p50:.1f} ms, p99 {p99:.1f} ms from submit returning to the handler's first line "
+            f"(goal p50 <= 2, p99 <= 10); from the call: p50 {c50:.1f}, p99 {c99:.1f}   "
+            f"({args.paced} tasks at {args.rate:g}/s, idle executor)"
+        )
         if not args.no_docket:
             dk = docket_drain(args.n, args.concurrency)
             if dk is None:
