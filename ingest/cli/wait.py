@@ -6,19 +6,15 @@ only wakes the loop early. Without Redis it polls.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Sequence
 from typing import Any
 
-import redis
-
 from db.config import Settings
 from db.database import connection, init_database
-from db.keys import Keys
 from db.models import CANCELLED, DONE, Document
-from db.streams import connect
 from ingest.cli.common import new_console
+from ingest.task_wait import Waker
 
 ENDED = (DONE, "failed", CANCELLED, "dead")
 BARS_SHOWN = 30  # more documents than this: one overall bar
@@ -36,37 +32,6 @@ def read_documents(doc_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
             for row in query.dicts():
                 found[row["id"]] = row
     return found
-
-
-class _Waker:
-    """Sleeps until the next poll, or until an event on the updates channel."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.pubsub = None
-        self.client = None
-        try:
-            self.client = connect(settings.redis_url)
-            self.pubsub = self.client.pubsub(ignore_subscribe_messages=True)
-            self.pubsub.subscribe(Keys(settings.key_prefix).updates)
-        except redis.RedisError:
-            self.close()
-
-    def sleep(self, seconds: float) -> None:
-        if self.pubsub is None:
-            time.sleep(seconds)
-            return
-        try:
-            self.pubsub.get_message(timeout=seconds)
-        except redis.RedisError:
-            self.close()
-            time.sleep(seconds)
-
-    def close(self) -> None:
-        for thing in (self.pubsub, self.client):
-            if thing is not None:
-                with contextlib.suppress(redis.RedisError):
-                    thing.close()
-        self.pubsub = self.client = None
 
 
 def wait_for_documents(
@@ -91,7 +56,7 @@ def wait_for_documents(
         TextColumn("{task.fields[state]}", markup=False),
         TimeElapsedColumn(),
     )
-    waker = _Waker(settings)
+    waker = Waker(settings)
     progress = Progress(*columns, console=new_console(stderr=True), disable=not show, transient=False)
     rows: dict[str, dict[str, Any]] = {}
     try:
