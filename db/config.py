@@ -233,6 +233,29 @@ class Settings:
         return dataclasses.replace(self, **changes)
 
 
+def setting_sources(environ: Mapping[str, str], **overrides: Any) -> list[dict[str, Any]]:
+    """Each setting in effect (as :meth:`Settings.from_env` builds them) with where it came
+    from: ``flag`` (an override given), ``environment`` (its ``INGEST_*`` variable) or
+    ``default``; secrets redacted (URLs by :func:`redact_url`, keys as ``***``)."""
+    settings = Settings.from_env(environ, **overrides)
+    rows = []
+    for f in dataclasses.fields(Settings):
+        env = Settings.env_name(f.name)
+        if overrides.get(f.name) is not None:
+            source = "flag"
+        elif environ.get(env) not in (None, ""):
+            source = "environment"
+        else:
+            source = "default"
+        value = getattr(settings, f.name)
+        if f.name.endswith("_url"):
+            value = redact_url(value)
+        elif not f.repr:  # a secret: say whether it is set, never what it is
+            value = "***" if value else ""
+        rows.append({"name": f.name, "env": env, "value": value, "source": source, "help": f.metadata.get("help", "")})
+    return rows
+
+
 def _convert(f: dataclasses.Field[Any], raw: str) -> Any:
     kind = f.type if isinstance(f.type, type) else str(f.type)
     try:

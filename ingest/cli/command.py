@@ -4,9 +4,10 @@ Verbs: ``init``, ``submit``, ``status``, ``cancel``, ``retry``, ``rm``, ``fleet`
 ``dataflow`` (:mod:`ingest.cli.dataflow`), ``memory`` (:mod:`ingest.cli.memory`), ``dead``
 (:mod:`ingest.cli.dead`) and ``strike``, ``restore``, ``strikes`` (:mod:`ingest.cli.strikes`).
 Settings come from the environment once (``Settings.from_env``); ``--db-url``, ``--redis-url``
-and ``--key-prefix`` override it, before or after the verb. Exit status: 0 when everything
-asked was done, 1 when something was not (a refused file, a failed document, an unknown id, an
-unreachable service: one line on stderr, no traceback), 2 for a usage error.
+and ``--key-prefix`` override it, before or after the verb. Exit status (README, "Exit
+status"): 0 when everything asked was done, 1 when something was not (a refused file, a failed
+document, an unknown id, a limit: one line on stderr, no traceback), 2 for a usage error, 3 when
+the database or Redis cannot be reached (try again later), 130 when interrupted.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from db.config import Settings, redact_url
-from ingest.cli.common import EXIT_FAILED, EXIT_OK, err, json_out, new_console, out
+from ingest.cli.common import EXIT_FAILED, EXIT_OK, EXIT_UNAVAILABLE, err, json_out, new_console, out
 
 _MYSQL_UNREACHABLE = {2002, 2003, 2005, 2006, 2013, 2055}
 
@@ -144,7 +145,7 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     except redis.RedisError as exc:
         data["redis"] = {"error": f"Redis unreachable at {redact_url(settings.redis_url)}: {exc}"}
         err(data["redis"]["error"])
-        code = EXIT_FAILED
+        code = EXIT_UNAVAILABLE
     if args.json:
         json_out(data)
     else:
@@ -339,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--kb", required=True, metavar="NAME")
     sub.add_argument("--tenant", default="default", metavar="ID")
     sub.add_argument("-k", type=int, default=5, metavar="N", help="how many chunks (default 5)")
-    from ingest.cli import dataflow, dead, memory, prune, strikes, tenants
+    from ingest.cli import admin, dataflow, dead, memory, prune, strikes, tenants
 
     tenants.add_verbs(verbs, _global_options)
     prune.add_verbs(verbs, _global_options)
@@ -347,6 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
     memory.add_verbs(verbs, _global_options)
     dead.add_verbs(verbs, _global_options)
     strikes.add_verbs(verbs, _global_options)
+    admin.add_verbs(verbs, _global_options)
     return parser
 
 
@@ -393,6 +395,19 @@ def explain(exc: BaseException, settings: Settings | None) -> str | None:
     return None
 
 
+def unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database or Redis cannot be reached (exit status 3)."""
+    import peewee
+    import pymysql
+    import redis
+
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        return True
+    if isinstance(exc, (peewee.DatabaseError, peewee.InterfaceError, pymysql.err.MySQLError)):
+        return _db_code(exc) in _MYSQL_UNREACHABLE
+    return False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -409,7 +424,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if line is None or args.traceback:
             raise
         err(line)
-        return EXIT_FAILED
+        return EXIT_UNAVAILABLE if unavailable(exc) else EXIT_FAILED
 
 
 if __name__ == "__main__":  # pragma: no cover

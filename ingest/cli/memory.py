@@ -75,6 +75,18 @@ def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_rm(settings: Settings, args: argparse.Namespace) -> int:
+    from ingest.memory import remove_memory
+
+    removed = remove_memory(settings, args.memory, tenant_id=args.tenant, source_id=args.source)
+    if args.json:
+        json_out({"memory_id": args.memory, "tenant_id": args.tenant, "removed": removed})
+    else:
+        what = f"message {args.source!r} of memory" if args.source is not None else "memory"
+        out(f"removed {what} {args.memory!r}: {removed} message(s)")
+    return EXIT_OK
+
+
 def add_verbs(verbs: Any, global_options: GlobalOptions) -> None:
     """``ingest memory ACTION``."""
     text = "Memory: conversation messages saved with their embeddings, searchable by meaning."
@@ -108,3 +120,5 @@ def add_verbs(verbs: Any, global_options: GlobalOptions) -> None:
     sub.add_argument("query", metavar="QUERY")
     sub.add_argument("-k", type=int, default=5, metavar="N", help="how many messages (default 5)")
     action("show", cmd_show, "The conversation, in order.")
+    sub = action("rm", cmd_rm, "Remove a memory's messages (with --source, that one message).")
+    sub.add_argument("--source", default=None, metavar="ID", help="only the message with this source id")

@@ -13,7 +13,7 @@ from typing import Any
 from db.config import Settings
 from db.database import connection, init_database
 from db.models import CANCELLED, DONE, Document
-from ingest.cli.common import new_console
+from ingest.cli.common import err, new_console, plain_output
 from ingest.task_wait import Waker
 
 ENDED = (DONE, "failed", CANCELLED, "dead")
@@ -43,7 +43,8 @@ def wait_for_documents(
     show: bool = True,
 ) -> tuple[dict[str, dict[str, Any]], bool]:
     """Follow ``doc_ids`` until every one has ended; returns their last rows and whether all
-    ended (False when ``timeout_s`` ran out first). Progress bars go to stderr."""
+    ended (False when ``timeout_s`` ran out first). Progress bars go to stderr on a terminal;
+    elsewhere (a pipe, a CI log, ``TERM=dumb``) one plain line per document as it ends."""
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
     init_database(settings.db_url)
@@ -57,14 +58,18 @@ def wait_for_documents(
         TimeElapsedColumn(),
     )
     waker = Waker(settings)
-    progress = Progress(*columns, console=new_console(stderr=True), disable=not show, transient=False)
+    lines = show and plain_output()
+    progress = Progress(*columns, console=new_console(stderr=True), disable=not show or lines, transient=False)
     rows: dict[str, dict[str, Any]] = {}
+    told: set[str] = set()
     try:
         with progress:
             bars = _make_bars(progress, ids)
             while True:
                 rows = read_documents(ids)
                 _update_bars(progress, bars, ids, rows)
+                if lines:
+                    _tell_ended(ids, rows, told)
                 if all(rows.get(d, {}).get("run") in ENDED or d not in rows for d in ids):
                     return rows, True
                 if deadline is not None and time.monotonic() >= deadline:
@@ -75,6 +80,14 @@ def wait_for_documents(
                 time.sleep(max(0.0, MIN_POLL_S - (time.monotonic() - polled)))
     finally:
         waker.close()
+
+
+def _tell_ended(ids: list[str], rows: dict[str, dict[str, Any]], told: set[str]) -> None:
+    for d in ids:
+        row = rows.get(d)
+        if d not in told and (row is None or row["run"] in ENDED):
+            told.add(d)
+            err(f"{row['run'] if row else 'removed'}: {row['name'] if row else d}")
 
 
 def _make_bars(progress: Any, ids: list[str]) -> dict[str, Any]:
