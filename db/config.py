@@ -2,13 +2,16 @@
 
 Nothing else in the project reads ``os.environ`` for its own behaviour. Each field has an
 environment variable (``INGEST_`` + the upper-cased field name, ``WS`` aside) and a default.
-Fields ending in ``_s`` hold seconds; :func:`parse_duration` also accepts ``100ms``, ``5s``,
+With neither ``INGEST_DB_URL`` nor ``INGEST_REDIS_URL`` set (nor given as a flag), the
+database is SQLite at ``{home}/ingest.db`` and Redis the embedded server on ``{home}/redis.sock``
+(:mod:`db.embedded`). Fields ending in ``_s`` hold seconds; :func:`parse_duration` also accepts ``100ms``, ``5s``,
 ``10m`` and ``3h`` (the executor's flags use it).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import socket
 from collections.abc import Mapping
@@ -93,6 +96,13 @@ class Settings:
         metadata={"help": "database URL: mysql://user:pass@host:port/name or sqlite:///PATH"},
     )
     key_prefix: str = field(default="ingest", metadata={"help": "prefix of every Redis key"})
+    home: str = field(
+        default="~/.local/share/ingest",
+        metadata={
+            "help": "this host's data directory: with no database URL and no Redis URL configured, the "
+            "SQLite database and the embedded Redis live here"
+        },
+    )
     storage_url: str = field(
         default="", metadata={"help": "where documents' bytes live: empty = the database, file:///DIR"}
     )
@@ -206,6 +216,12 @@ class Settings:
         for name, value in overrides.items():
             if value is not None:
                 values[name] = value
+        values["home"] = os.path.expanduser(str(values.get("home", cls.home)))
+        if "db_url" not in values and "redis_url" not in values:  # the embedded default
+            values["db_url"] = f"sqlite:///{values['home']}/ingest.db"
+            from db.embedded import embedded_url
+
+            values["redis_url"] = embedded_url(values["home"])
         settings = cls(**values)
         settings.validate()
         return settings
@@ -228,6 +244,13 @@ class Settings:
             raise ValueError("task_retention_s must be 0 (keep forever) or more")
         if self.results_ttl_s <= 0 or self.result_removal_delay_s <= 0:
             raise ValueError("results_ttl_s and result_removal_delay_s must be positive")
+
+    @property
+    def embedded(self) -> bool:
+        """Whether Redis is the embedded server under ``home`` (:mod:`db.embedded`)."""
+        from db.embedded import is_embedded
+
+        return is_embedded(self.redis_url, self.home)
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)

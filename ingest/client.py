@@ -76,6 +76,12 @@ class Client:
         self.tenant = tenant
         self.keys = Keys(settings.key_prefix)
         self._redis: Any = None
+        self._embedded: Any = None
+        if settings.embedded:  # the host's embedded Redis: started if needed, held until close
+            from db.embedded import EmbeddedRedis
+
+            self._embedded = EmbeddedRedis(settings.home)
+            self._embedded.attach()
 
     # -- lifetime ----------------------------------------------------------------------------
 
@@ -86,11 +92,15 @@ class Client:
         self.close()
 
     def close(self) -> None:
-        """Close this client's Redis connection (the database connections are per call)."""
+        """Close this client's Redis connection (the database connections are per call), and
+        let the embedded Redis go if this client held it last."""
         if self._redis is not None:
             with contextlib.suppress(Exception):
                 self._redis.close()
             self._redis = None
+        if self._embedded is not None:
+            self._embedded.detach()
+            self._embedded = None
 
     def _client(self) -> Any:
         if self._redis is None:

@@ -65,11 +65,12 @@ def add_verbs(verbs: Any, global_options: GlobalOptions) -> None:
         global_options(sub, in_verb=True)
         return sub
 
-    verb(
+    sub = verb(
         "config",
         cmd_config,
         "The settings in effect, each with its source (flag, environment, default); secrets redacted.",
     )
+    sub.set_defaults(needs_services=False)
     verb(
         "doctor",
         cmd_doctor,
@@ -84,3 +85,4 @@ def add_verbs(verbs: Any, global_options: GlobalOptions) -> None:
         json=False,
     )
     sub.add_argument("shell", choices=SHELLS, help="the shell")
+    sub.set_defaults(needs_services=False)

@@ -340,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--kb", required=True, metavar="NAME")
     sub.add_argument("--tenant", default="default", metavar="ID")
     sub.add_argument("-k", type=int, default=5, metavar="N", help="how many chunks (default 5)")
-    from ingest.cli import admin, dataflow, dead, memory, prune, strikes, tenants
+    from ingest.cli import admin, dataflow, dead, demo, memory, prune, strikes, tenants
 
     tenants.add_verbs(verbs, _global_options)
     prune.add_verbs(verbs, _global_options)
@@ -349,6 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
     dead.add_verbs(verbs, _global_options)
     strikes.add_verbs(verbs, _global_options)
     admin.add_verbs(verbs, _global_options)
+    demo.add_verbs(verbs, _global_options)
     return parser
 
 
@@ -415,7 +416,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         overrides = {"db_url": args.db_url, "redis_url": args.redis_url, "key_prefix": args.key_prefix}
         settings = Settings.from_env(os.environ, **overrides)
-        return int(args.func(settings, args))
+        if not getattr(args, "needs_services", True):
+            return int(args.func(settings, args))
+        from db.embedded import held
+
+        with held(settings.redis_url, settings.home):  # the embedded Redis, while the verb runs
+            return int(args.func(settings, args))
     except KeyboardInterrupt:
         err("interrupted")
         return 130
