@@ -47,7 +47,9 @@ def cmd_search(settings: Settings, args: argparse.Namespace) -> int:
     from ingest.memory import search_memory
 
     warnings_to_stderr()
-    hits = [h.to_dict() for h in search_memory(settings, args.memory, args.query, k=args.k, tenant_id=args.tenant)]
+    hits = [
+        h.to_dict() for h in search_memory(settings, args.memory, args.query, k=args.k, tenant_id=args.tenant)
+    ]
     if args.json:
         json_out(hits)
         return EXIT_OK
