@@ -136,6 +136,10 @@ class Settings:
         default="auto",
         metadata={"help": "OpenTelemetry spans: auto (a configured provider), otlp, console or off"},
     )
+    trace_ratio: float = field(
+        default=1.0,
+        metadata={"help": "fraction of tasks traced, chosen by task id before the SDK runs (0 to 1)"},
+    )
     extra_handlers: str = field(
         default="",
         metadata={"help": "more task types: TYPE=module:function, comma separated"},
@@ -219,6 +223,8 @@ class Settings:
             raise ValueError("log_format must be plain or json")
         if self.tracing not in ("auto", "otlp", "console", "off"):
             raise ValueError("tracing must be auto, otlp, console or off")
+        if not 0.0 <= self.trace_ratio <= 1.0:
+            raise ValueError("trace_ratio must be between 0 and 1")
         if self.pages_per_task < 1:
             raise ValueError("pages_per_task must be at least 1")
         for name in ("tenant_max_running", "tenant_max_queued", "tenant_max_docs"):
