@@ -163,3 +163,12 @@ def test_an_export_present_is_found_by_its_files_and_kept(onnx_export, tmp_path)
     again = export_model(settings)
     assert (again.state, again.export_dir) == ("present", onnx_export["export_dir"])
     assert qe.find_export(settings.replace(home=str(tmp_path))).state == "missing"
+
+
+def test_init_finds_the_export_present_and_leaves_it(settings, onnx_export, capsys):
+    from ingest.cli import main
+
+    assert main(["init", "--json", *cli_args(settings)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["model_export"] == {"state": "present", "export_dir": onnx_export["export_dir"]}
+    assert data["changed"] is False
