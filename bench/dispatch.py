@@ -17,7 +17,8 @@ With ``--compare-observability`` it prints instead the drain rate with metrics a
 and batched to an exporter that drops them: ``bench.traced_executor``) beside the rate with both
 off, ``--runs`` interleaved runs each way (the order alternating, after one warm-up run), and
 the medians, with the executor's CPU time a task (from its first heartbeat to the last task's end).
-``--observe metrics`` or ``--observe tracing`` turns on only one of them.
+``--observe metrics`` or ``--observe tracing`` turns on only one of them; ``--trace-ratio R``
+traces only that share of tasks (``INGEST_TRACE_RATIO``) in the traced runs.
 With ``--compare-fairness`` it prints the drain rate through the fair gate (``db.gate``) with one
 tenant and with ``--tenants`` tenants (each at the default cap of 5) beside the plain drain of
 the same executor (messages put on the priority stream directly, as before the gate: read with
@@ -266,7 +267,7 @@ OBSERVE = ("both", "metrics", "tracing")
 
 
 def observed_drain(
-    settings: Settings, n: int, on: bool, log: Path, observe: str = "both"
+    settings: Settings, n: int, on: bool, log: Path, observe: str = "both", trace_ratio: float = 1.0
 ) -> tuple[float, float]:
     """Drain ``n`` no-op tasks with one executor, ``observe`` (metrics, tracing or both) ``on`` or
     everything off: (tasks/s from the first claim to the last terminal write, the executor's CPU
@@ -283,6 +284,7 @@ def observed_drain(
         threading.Thread(target=_scrape_every_second, args=(port, stop), daemon=True).start()
     if on and observe in ("both", "tracing"):
         env["INGEST_TRACING"], module = "auto", "bench.traced_executor"
+        env["INGEST_TRACE_RATIO"] = str(trace_ratio)
     client = connect(settings.redis_url)
     heartbeat = Keys(settings.key_prefix).executor("bench_0")
     proc = _start_executor(settings, "bench_0", log, env, module)
@@ -306,13 +308,15 @@ def _line(what: str, values: list[float], unit: str) -> str:
     return f"{what}: median {statistics.median(values):8.0f} {unit}   ({listed})"
 
 
-def compare_observability(settings: Settings, n: int, runs: int, log: Path, observe: str = "both") -> None:
+def compare_observability(
+    settings: Settings, n: int, runs: int, log: Path, observe: str = "both", trace_ratio: float = 1.0
+) -> None:
     rates: dict[bool, list[float]] = {False: [], True: []}
     cpus: dict[bool, list[float]] = {False: [], True: []}
     observed_drain(settings, n, False, log)  # warm-up, not counted: the database's caches, the task table
     for r in range(runs):
         for on in (False, True) if r % 2 == 0 else (True, False):
-            rate, cpu_us = observed_drain(settings, n, on, log, observe)
+            rate, cpu_us = observed_drain(settings, n, on, log, observe, trace_ratio)
             rates[on].append(rate)
             cpus[on].append(cpu_us)
             print(
@@ -320,6 +324,8 @@ def compare_observability(settings: Settings, n: int, runs: int, log: Path, obse
                 flush=True,
             )
     what = {"both": "metrics + tracing", "metrics": "metrics", "tracing": "tracing"}[observe]
+    if observe != "metrics" and trace_ratio < 1.0:
+        what += f" ({trace_ratio:g} of tasks traced)"
     print(_line(f"drain, {what} off".ljust(28), rates[False], "tasks/s"))
     print(_line(f"drain, {what} on".ljust(28), rates[True], "tasks/s"))
     print(_line("executor CPU, off".ljust(28), cpus[False], "µs/task"))
@@ -434,6 +440,12 @@ def main() -> None:
         default="both",
         help="with --compare-observability: what is on in the 'on' runs (default both)",
     )
+    parser.add_argument(
+        "--trace-ratio",
+        type=float,
+        default=1.0,
+        help="with --compare-observability: INGEST_TRACE_RATIO of the traced runs (default 1: every task)",
+    )
     args = parser.parse_args()
 
     name = f"bench_{uuid.uuid4().hex[:8]}"
@@ -443,7 +455,7 @@ def main() -> None:
     Streams(connect(settings.redis_url), Keys(settings.key_prefix)).ensure_group()
     try:
         if args.compare_observability:
-            compare_observability(settings, args.n, args.runs, log, args.observe)
+            compare_observability(settings, args.n, args.runs, log, args.observe, args.trace_ratio)
             return
         if args.compare_fairness:
             compare_fairness(settings, args.n, args.tenants, args.runs, log)

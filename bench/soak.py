@@ -8,7 +8,8 @@ runs ``--n`` tasks in waves of ``--wave``: each wave is enqueued through the pro
 for until every task is terminal, then the executor's RSS (and its parse workers', the largest)
 is sampled and printed: a line every wave. ``noop`` tasks do nothing (the executor's own path:
 read, claim, route, finish, ack); ``parse`` tasks are real documents (the licences and copyright
-texts bench/ingest.py reads, each made distinct by a line of its own, so no digest reuse), parsed
+texts bench/ingest.py reads, cut to ``--doc-bytes`` (1,500: two or three chunks each) and made
+distinct by a line of their own, so no digest reuse), parsed
 in the worker processes, chunked, embedded and stored.
 
 Growth is the last sample against the first (after one wave of warm-up, which loads the model
@@ -66,13 +67,15 @@ class Samples:
         return main, worker
 
 
-def _documents(n: int, start: int) -> list[tuple[str, bytes]]:
-    """``n`` distinct documents: the real texts in turn, each with a line naming its number."""
+def _documents(n: int, start: int, size: int) -> list[tuple[str, bytes]]:
+    """``n`` distinct documents: the real texts in turn, each cut to about ``size`` bytes (at a
+    line end) and given a line naming its number."""
     texts = real_documents(400)
     out = []
     for i in range(start, start + n):
         name, data = texts[i % len(texts)]
-        out.append((f"{i:06d}-{name}", data + f"\n\nSoak document number {i}.\n".encode()))
+        cut = data[:size].rsplit(b"\n", 1)[0] if len(data) > size else data
+        out.append((f"{i:06d}-{name}", cut + f"\n\nSoak document number {i}.\n".encode()))
     return out
 
 
@@ -81,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kind", choices=("noop", "parse"), default="noop")
     parser.add_argument("--n", type=int, default=None, help="tasks (default 100,000 noop, 10,000 parse)")
     parser.add_argument("--wave", type=int, default=1000, help="tasks a wave (a sample after each)")
+    parser.add_argument("--doc-bytes", type=int, default=1500, help="parse: each document cut to this size")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait for one wave")
     args = parser.parse_args(argv)
     n = args.n or (100_000 if args.kind == "noop" else 10_000)
@@ -114,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.kind == "noop":
                 ids = enqueue_tasks(settings, [{"task_type": "noop", "priority": 0, "doc_id": ""}] * size)
             else:
-                ids = submit_documents(settings, _documents(size, done), "soak").task_ids
+                ids = submit_documents(settings, _documents(size, done, args.doc_bytes), "soak").task_ids
             states = wait_terminal(ids, args.timeout)
             failed += sum(c for s, c in states.items() if s != DONE)
             done += size

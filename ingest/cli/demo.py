@@ -93,6 +93,9 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
         Streams(client, Keys(settings.key_prefix)).ensure_group()
     finally:
         client.close()
+    from ingest.cli.model import ensure_export
+
+    ensure_export(settings)  # searches embed the query through the model's ONNX export, no torch
     log_path = Path(settings.home) / "demo-fleet.log"
     if not args.json:
         out(f"demo on {'the embedded default under ' + settings.home if settings.embedded else 'the configured services'}")
