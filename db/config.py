@@ -9,6 +9,7 @@ Fields ending in ``_s`` hold seconds; :func:`parse_duration` also accepts ``100m
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import socket
 from collections.abc import Mapping
@@ -63,6 +64,10 @@ def _default_model() -> str:
     except ImportError:  # pragma: no cover - the package is a dependency
         return "sentence-transformers/all-MiniLM-L6-v2"
     return str(get_model_path())
+
+
+def _default_home() -> str:
+    return os.path.join(os.path.expanduser("~"), ".local", "share", "ingest")
 
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -120,6 +125,14 @@ class Settings:
     max_chunk_chars: int = field(default=20000, metadata={"help": "characters one chunk may hold"})
     embedding_model: str = field(default_factory=_default_model, metadata={"help": "model path or name"})
     embedding_batch: int = field(default=32, metadata={"help": "chunks per encode call"})
+    home: str = field(
+        default_factory=_default_home,
+        metadata={"help": "data directory of this host (the model's ONNX export: ingest model export)"},
+    )
+    query_encoder: str = field(
+        default="auto",
+        metadata={"help": "how searches embed a query: auto (ONNX export, else torch), onnx or torch"},
+    )
     max_tasks_per_child: int = field(default=0, metadata={"help": "recycle after N tasks (0 off)"})
     max_rss_mb: int = field(default=0, metadata={"help": "recycle above this RSS (0 off)"})
     reconcile_grace_s: float = field(
@@ -135,6 +148,10 @@ class Settings:
     tracing: str = field(
         default="auto",
         metadata={"help": "OpenTelemetry spans: auto (a configured provider), otlp, console or off"},
+    )
+    trace_ratio: float = field(
+        default=1.0,
+        metadata={"help": "fraction of tasks traced, chosen by task id before the SDK runs (0 to 1)"},
     )
     extra_handlers: str = field(
         default="",
@@ -219,6 +236,10 @@ class Settings:
             raise ValueError("log_format must be plain or json")
         if self.tracing not in ("auto", "otlp", "console", "off"):
             raise ValueError("tracing must be auto, otlp, console or off")
+        if self.query_encoder not in ("auto", "onnx", "torch"):
+            raise ValueError("query_encoder must be auto, onnx or torch")
+        if not 0.0 <= self.trace_ratio <= 1.0:
+            raise ValueError("trace_ratio must be between 0 and 1")
         if self.pages_per_task < 1:
             raise ValueError("pages_per_task must be at least 1")
         for name in ("tenant_max_running", "tenant_max_queued", "tenant_max_docs"):

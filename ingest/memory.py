@@ -261,13 +261,13 @@ def search_memory(
     tenant_id: str = "default",
 ) -> list[MemoryHit]:
     """The ``k`` messages of ``tenant_id``'s memory ``memory_id`` closest to ``query``, best first."""
-    from ingest.embedding import load_embedder
+    from ingest.query_encoder import query_encoder
     from ingest.search import top_k
 
     if k <= 0:
         return []
     init_database(settings.db_url)
-    embedder = load_embedder(settings.embedding_model)
+    embedder = query_encoder(settings)
     query_vector = embedder.encode([query])[0]
     top = top_k(vector_blocks(memory_id, embedder.dim, block_rows, tenant_id), query_vector, k)
     if not top:

@@ -10,7 +10,7 @@ export INGEST_DB_URL=${INGEST_DB_URL:-mysql://root@127.0.0.1:3306/ingest_demo}
 export INGEST_KEY_PREFIX=${INGEST_KEY_PREFIX:-ingest_demo}
 QUERY=${1:-"how do I keep bees healthy in winter?"}
 
-ingest init
+ingest init   # also makes the model's ONNX export for searches when missing (ingest model export)
 python scripts/make_samples.py >/dev/null
 WS=${WS:-2} ./entrypoint.sh --host-id demo >/tmp/ingest-demo-fleet.log 2>&1 &
 FLEET=$!

@@ -7,6 +7,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 
@@ -22,6 +24,16 @@ from db.streams import Streams, connect
 
 MYSQL_BASE = os.environ.get("TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306").rstrip("/")
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+# The session's own data directory (INGEST_HOME: the model's ONNX export), never the user's:
+# set in the environment, so the CLI and the processes tests start use it too.
+SESSION_HOME = tempfile.mkdtemp(prefix="ingest-test-home-")
+os.environ["INGEST_HOME"] = SESSION_HOME
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_home() -> Iterator[str]:
+    yield SESSION_HOME
+    shutil.rmtree(SESSION_HOME, ignore_errors=True)
 
 
 def _drop_database(url: str) -> None:
@@ -54,6 +66,7 @@ def make_settings(name: str, **overrides: object) -> Settings:
         # the fair gate's default cap (5) would bound tests that run many executors on one
         # tenant; tests of the gate set their own caps
         "tenant_max_running": 1000,
+        "home": SESSION_HOME,
     }
     values.update(overrides)
     return Settings.from_env({}, **values)

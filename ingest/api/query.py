@@ -1,8 +1,9 @@
 """``GET|POST /v1/search``: the top chunks of a knowledge base for a query.
 
-The first search loads the embedding model in this process (seconds); every search runs in a
-thread under the ``embed_limiter`` (one at a time). The model is imported there, never when the
-app is imported.
+The first search loads the query encoder in this process (``ingest.query_encoder``: the model's
+ONNX export, under a second, or sentence-transformers when there is none); every search runs
+in a thread under the ``embed_limiter`` (one at a time). It is loaded there, never when the app
+is imported.
 """
 
 from __future__ import annotations

@@ -48,6 +48,11 @@ def cmd_init(settings: Settings, args: argparse.Namespace) -> int:
         "created_groups": missing,
         "changed": report.changed or bool(missing),
     }
+    if not args.skip_model_export:
+        from ingest.cli.model import ensure_export
+
+        data["model_export"] = export = ensure_export(settings)
+        data["changed"] = data["changed"] or export["state"] == "made"
     if args.json:
         json_out(data)
         return EXIT_OK
@@ -240,6 +245,9 @@ def cmd_search(settings: Settings, args: argparse.Namespace) -> int:
     except ImportError as exc:
         err(f"search is not available here: {exc}")
         return EXIT_FAILED
+    from ingest.cli.model import warnings_to_stderr
+
+    warnings_to_stderr()
     hits = search(settings, args.kb, args.query, k=args.k, tenant_id=args.tenant)
     rows = [_hit_dict(h) for h in hits]
     if args.json:
@@ -291,11 +299,15 @@ def build_parser() -> argparse.ArgumentParser:
         _global_options(sub, in_verb=True)
         return sub
 
-    verb(
+    sub = verb(
         "init",
         cmd_init,
         "Create the database if missing, the tables (bringing an older schema up to date) and the "
-        "consumer group; on a current setup it changes nothing.",
+        "consumer group, and the model's ONNX export for searches when missing (`ingest model "
+        "export`); on a current setup it changes nothing.",
+    )
+    sub.add_argument(
+        "--skip-model-export", action="store_true", help="do not make the model's ONNX export when missing"
     )
     sub = verb("submit", cmd_submit, "Store files' bytes, write their rows and publish one message per task.")
     sub.add_argument("paths", nargs="+", metavar="PATH", help="a file, or a folder (the files under it)")
@@ -339,12 +351,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--kb", required=True, metavar="NAME")
     sub.add_argument("--tenant", default="default", metavar="ID")
     sub.add_argument("-k", type=int, default=5, metavar="N", help="how many chunks (default 5)")
-    from ingest.cli import dataflow, dead, memory, prune, strikes, tenants
+    from ingest.cli import dataflow, dead, memory, model, prune, strikes, tenants
 
     tenants.add_verbs(verbs, _global_options)
     prune.add_verbs(verbs, _global_options)
     dataflow.add_verbs(verbs, _global_options)
     memory.add_verbs(verbs, _global_options)
+    model.add_verbs(verbs, _global_options)
     dead.add_verbs(verbs, _global_options)
     strikes.add_verbs(verbs, _global_options)
     return parser

@@ -43,9 +43,13 @@ def cmd_save(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_search(settings: Settings, args: argparse.Namespace) -> int:
+    from ingest.cli.model import warnings_to_stderr
     from ingest.memory import search_memory
 
-    hits = [h.to_dict() for h in search_memory(settings, args.memory, args.query, k=args.k, tenant_id=args.tenant)]
+    warnings_to_stderr()
+    hits = [
+        h.to_dict() for h in search_memory(settings, args.memory, args.query, k=args.k, tenant_id=args.tenant)
+    ]
     if args.json:
         json_out(hits)
         return EXIT_OK

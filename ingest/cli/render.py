@@ -41,6 +41,12 @@ def init_report(console: Console, data: dict[str, Any], *, group: str) -> None:
     for stream in data["created_groups"]:
         console.print(f"created consumer group {group} on {stream}")
         said = True
+    export = data.get("model_export") or {}
+    if export.get("state") == "made":
+        console.print(
+            f"made the model's ONNX export in {export['export_dir']} (minimum cosine {export['min_cosine']:.6f})"
+        )
+        said = True
     if not said:
         console.print(f"nothing changed: {data['database']}, its tables and the consumer group are current")
 
