@@ -232,8 +232,13 @@ def test_pages_read_with_javascript_disabled(web_settings, server, browser):
         page.fill("input[name=q]", NEEDLE)
         page.click("button:has-text('search')")
         assert page.locator("li.hit .doc").first.inner_text() == "needle.txt"
-        page.goto(server.base_url + "/dashboard/strikes")
-        assert "gamma" in page.locator("#strike-rows").inner_text()
+        page.goto(server.base_url + "/dashboard/strikes")  # actions are plain forms: no script needed
+        page.fill("input[name=task_type]", "no_such_type")
+        page.click("button:has-text('strike')")
+        assert "added strike" in page.locator(".note").inner_text()
+        page.locator("#strike-rows tr", has_text="no_such_type").locator("button:has-text('restore')").click()
+        assert "restored strike" in page.locator(".note").inner_text()
+        assert "no_such_type" not in page.locator("#strike-rows").inner_text()
     finally:
         context.close()
 
