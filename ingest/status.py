@@ -200,6 +200,18 @@ def fleet(settings: Settings) -> list[dict[str, Any]]:
     return beats
 
 
+def health_text(health: Any) -> str:
+    """A heartbeat's health verdict: ``ok``, or the reasons it is not (as the health check says),
+    and what its ports had to shed (``warnings``)."""
+    if not isinstance(health, dict):
+        return ""
+    warnings = "; ".join(str(w) for w in health.get("warnings") or [])
+    if health.get("ok"):
+        return f"ok (warning: {warnings})" if warnings else "ok"
+    reasons = "; ".join(str(r) for r in health.get("reasons") or [])
+    return f"unhealthy: {reasons}" if reasons else "unhealthy"
+
+
 def _stale_health(beat: dict[str, Any], heartbeat_s: float) -> None:
     """A heartbeat three periods old is itself a verdict: its event loop or its Redis is stuck."""
     age = beat.get("age_s")

@@ -57,7 +57,7 @@ class EventStream(Response):
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_until_disconnect, receive, nursery.cancel_scope)
+                nursery.start_soon(until_disconnect, receive, nursery.cancel_scope)
                 await self._stream(send)
                 nursery.cancel_scope.cancel()
         except OSError:
@@ -109,7 +109,7 @@ class EventStream(Response):
                 await trio.sleep(1.0)
 
 
-async def _until_disconnect(receive: Receive, scope: trio.CancelScope) -> None:
+async def until_disconnect(receive: Receive, scope: trio.CancelScope) -> None:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
