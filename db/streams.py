@@ -32,7 +32,7 @@ from db.gate import GATE_LIB
 from db.keys import DEFAULT_TENANT, REQUEUE_TTL_S, Keys, check_tenant
 
 # Errors that mean "Redis is unreachable or restarting": back off and retry, don't fail.
-RETRYABLE_REDIS_ERRORS: tuple[type[BaseException], ...] = (
+RETRYABLE_REDIS_ERRORS: tuple[type[Exception], ...] = (
     redis.ConnectionError,
     redis.TimeoutError,
     redis.exceptions.BusyLoadingError,
