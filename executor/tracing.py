@@ -56,7 +56,10 @@ def span(name: str, **attributes: Any) -> contextlib.AbstractContextManager[Any]
     tracer = _current.get()
     if tracer is None:
         return _NULL
-    return tracer.start_as_current_span(name, attributes=attributes or None)
+    started: contextlib.AbstractContextManager[Any] = tracer.start_as_current_span(
+        name, attributes=attributes or None
+    )
+    return started
 
 
 def record_span(name: str, start_s: float, end_s: float, **attributes: Any) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -82,7 +82,7 @@ def _letter(entry_id: str, fields: dict[str, str], replayed: dict[str, str]) -> 
     when = None
     if mark:
         try:
-            when = _int(orjson.loads(mark).get("time"), None)  # type: ignore[arg-type]
+            when = _int(orjson.loads(mark).get("time"), None)  # type: ignore[arg-type]  # None: a mark without a time
         except (orjson.JSONDecodeError, AttributeError):
             when = 0
     message = fields.get("message", "")
@@ -105,11 +105,11 @@ def list_dead(settings: Settings, *, limit: int | None = None) -> list[DeadLette
     keys = Keys(settings.key_prefix)
     client = connect(settings.redis_url)
     try:
-        replayed = client.hgetall(keys.dead_replayed)
+        replayed = cast("dict[str, str]", client.hgetall(keys.dead_replayed))  # decoded replies
         out: list[DeadLetter] = []
         low = "-"
         while limit is None or len(out) < limit:
-            page = client.xrange(keys.dead, low, "+", count=PAGE)
+            page = cast("list[tuple[str, dict[str, str]]]", client.xrange(keys.dead, low, "+", count=PAGE))
             out += [_letter(eid, fields, replayed) for eid, fields in page]
             if len(page) < PAGE:
                 break
@@ -232,10 +232,11 @@ def purge(settings: Settings, older_than_s: float) -> PurgeResult:
     client = connect(settings.redis_url)
     try:
         removed = int(client.xtrim(keys.dead, minid=f"{max(0, cutoff)}-0", approximate=False))
-        marks = [eid for eid in client.hkeys(keys.dead_replayed) if _ms_of(eid) < cutoff]
+        marks = [eid for eid in cast("list[str]", client.hkeys(keys.dead_replayed)) if _ms_of(eid) < cutoff]
         for start in range(0, len(marks), PAGE):
             client.hdel(keys.dead_replayed, *marks[start : start + PAGE])
-        gone = [t for t, eid in client.hgetall(keys.dead_tasks).items() if _ms_of(eid) < cutoff]
+        tasks = cast("dict[str, str]", client.hgetall(keys.dead_tasks))  # decoded replies
+        gone = [t for t, eid in tasks.items() if _ms_of(eid) < cutoff]
         for start in range(0, len(gone), PAGE):
             client.hdel(keys.dead_tasks, *gone[start : start + PAGE])
     finally:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import peewee
@@ -72,7 +72,7 @@ def redis_summary(settings: Settings) -> dict[str, Any]:
             waiting = sum(int(n) for n in pipe.execute()) if tenants else 0
             streams[stream] = {"length": length, "pending": pending, "waiting": waiting}
         executors = sum(1 for _ in client.scan_iter(match=keys.executor_pattern, count=1000))
-        stats = {k: _number(v) for k, v in client.hgetall(keys.stats).items()}
+        stats = {k: _number(v) for k, v in cast("dict[str, str]", client.hgetall(keys.stats)).items()}
         return {
             "streams": streams,
             "dead_letters": int(client.xlen(keys.dead)),
@@ -216,7 +216,7 @@ def _stale_health(beat: dict[str, Any], heartbeat_s: float) -> None:
     """A heartbeat three periods old is itself a verdict: its event loop or its Redis is stuck."""
     age = beat.get("age_s")
     if isinstance(age, float) and age > STALE_PERIODS * heartbeat_s:
-        health = beat.get("health") if isinstance(beat.get("health"), dict) else {}
+        health = given if isinstance(given := beat.get("health"), dict) else {}
         reasons = [f"heartbeat {age:.0f} s old", *(health.get("reasons") or [])]
         beat["health"] = {**health, "ok": False, "reasons": reasons}
 

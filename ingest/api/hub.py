@@ -167,7 +167,7 @@ class Hub:
             try:
                 self._listen_once(client, token)
                 return
-            except (*RETRYABLE_REDIS_ERRORS, redis.RedisError, OSError) as exc:
+            except (*RETRYABLE_REDIS_ERRORS, redis.RedisError, OSError) as exc:  # type: ignore[misc]  # mypy reads no starred tuple in except
                 self._subscribed = False
                 self._reconnects += 1
                 if time.monotonic() - started > BACKOFF_MAX_S:

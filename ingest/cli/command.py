@@ -292,7 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
     _global_options(parser, in_verb=False)
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
 
-    def verb(name: str, func: Callable[[Settings, argparse.Namespace], int], text: str, *, json: bool = True):
+    def verb(
+        name: str, func: Callable[[Settings, argparse.Namespace], int], text: str, *, json: bool = True
+    ) -> argparse.ArgumentParser:
         sub = verbs.add_parser(name, help=text, description=text)
         sub.set_defaults(func=func)
         if json:
