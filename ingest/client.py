@@ -21,7 +21,7 @@ import collections
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -189,7 +189,7 @@ class Client:
 
     def watch(
         self, id_: str, *, timeout_s: float | None = None, poll_s: float = 0.5
-    ) -> Iterator[dict[str, Any]]:
+    ) -> Generator[dict[str, Any], None, None]:
         """Events of one task or document until it ends, each a dict with ``event``:
         ``state`` (first, the row as it is), ``progress`` (each change of status, progress or
         message a read of the row sees) and ``end`` (last: ``status`` done, failed, cancelled,

@@ -124,8 +124,9 @@ def recent_dead(settings: Settings, limit: int) -> list[DeadLetter]:
     keys = Keys(settings.key_prefix)
     client = connect(settings.redis_url)
     try:
-        replayed = client.hgetall(keys.dead_replayed)
-        return [_letter(eid, fields, replayed) for eid, fields in client.xrevrange(keys.dead, count=limit)]
+        replayed = cast("dict[str, str]", client.hgetall(keys.dead_replayed))  # decoded replies
+        page = cast("list[tuple[str, dict[str, str]]]", client.xrevrange(keys.dead, count=limit))
+        return [_letter(eid, fields, replayed) for eid, fields in page]
     finally:
         client.close()
 

@@ -165,7 +165,7 @@ class _quiet:
         self._catch.__enter__()
         warnings.simplefilter("ignore")
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self._catch.__exit__(*exc)
 
 

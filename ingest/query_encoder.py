@@ -319,7 +319,9 @@ def pool(hidden: np.ndarray, mask: np.ndarray, modes: Sequence[str]) -> np.ndarr
 
 
 def _normalized(vectors: np.ndarray) -> np.ndarray:
-    return vectors / np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None)
+    norms: np.ndarray = np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None)
+    out: np.ndarray = vectors / norms
+    return out
 
 
 class OnnxQueryEncoder:
@@ -404,7 +406,8 @@ def query_encoder(settings: Settings) -> Encoder:
 
 def encode_query(settings: Settings, query: str) -> np.ndarray:
     """``query``'s vector (normalised float32) by the settings' model."""
-    return query_encoder(settings).encode([query])[0]
+    vectors: np.ndarray = query_encoder(settings).encode([query])
+    return vectors[0]  # type: ignore[no-any-return]  # numpy types an ndarray's row as Any
 
 
 def _choose(settings: Settings) -> Encoder:

@@ -202,7 +202,9 @@ class Hub:
 
     def _on_event(self, ids: list[str], event: dict[str, Any] | None = None) -> None:
         self._events += 1
-        for listener in self._listeners if event is not None else ():
+        for listener in self._listeners:
+            if event is None:
+                break
             try:
                 listener(event)
             except Exception:  # a listener's bug must not stop the subscriber
