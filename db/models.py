@@ -168,12 +168,12 @@ class Task(BaseModel):
 
 class Chunk(BaseModel):
     id = peewee.CharField(max_length=32, primary_key=True)  # from task id + position
-    kb_id = peewee.CharField(max_length=32, index=True)
+    kb_id = peewee.CharField(max_length=32)  # indexed with id (below)
     doc_id = peewee.CharField(max_length=32)  # indexed with generation and token_num (below)
     task_id = peewee.CharField(max_length=32, index=True)
     generation = peewee.IntegerField(default=0)
     position = peewee.IntegerField()
-    page = peewee.IntegerField(default=0)
+    page = peewee.IntegerField(default=0)  # first page (1-based); 0: a format without pages
     content = LongTextField()
     token_num = peewee.IntegerField(default=0)
     vector = LongBlobField(null=True)  # float32, normalised

@@ -18,7 +18,8 @@ from ingest.errors import NotFound, PermanentError
 from ingest.parsers import parse_document
 from ingest.search import search, top_k
 from ingest.store import record_embedding_model, store_chunks
-from tests.conftest import _drop_database, make_settings
+from ingest import vectors
+from tests.conftest import VECTOR_BACKENDS, _drop_database, make_settings, vector_store_url
 from tests.fixtures_docs import add_document, embedder  # noqa: F401 - the session's one model
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -68,16 +69,21 @@ def index(settings, embedder, name: str, data: bytes, generation: int = 1, task_
     return task, doc, kb
 
 
-@pytest.fixture(scope="module")
-def corpus(embedder):  # noqa: F811
-    """The demo documents indexed once for this module, in a database of its own."""
-    settings = make_settings(f"it_search_{uuid.uuid4().hex[:8]}")
+@pytest.fixture(scope="module", params=VECTOR_BACKENDS)
+def corpus(request, embedder, tmp_path_factory):  # noqa: F811
+    """The demo documents indexed once for this module and backend, in a database of its own."""
+    folder = tmp_path_factory.mktemp("vectors")
+    settings = make_settings(
+        f"it_search_{uuid.uuid4().hex[:8]}", vector_store=vector_store_url(request.param, folder)
+    )
     init_schema(settings.db_url)
+    vectors.use(settings)
     try:
         for name in DEMO_DOCUMENTS:
             index(settings, embedder, name, (EXAMPLES / name).read_bytes())
         yield settings
     finally:
+        vectors.close_all()
         close_database()
         _drop_database(settings.db_url)
 
@@ -121,7 +127,8 @@ def test_top_k_breaks_ties_by_id_whatever_the_blocks():
     assert full == blocks == [("a", 1.0), ("b", 1.0)]
 
 
-def test_only_the_current_generation_is_searched(settings, embedder):  # noqa: F811
+def test_only_the_current_generation_is_searched(vsettings, embedder):  # noqa: F811
+    settings = vsettings
     index(settings, embedder, "notes.txt", b"Kepler's laws describe planetary orbits.", generation=1)
     _, doc, _ = index(
         settings, embedder, "notes.txt", b"Sourdough bread rises with wild yeast.", generation=2
@@ -133,17 +140,20 @@ def test_only_the_current_generation_is_searched(settings, embedder):  # noqa: F
     assert [h.content for h in hits] == ["Sourdough bread rises with wild yeast."]  # … but not found
 
 
-def test_an_unknown_knowledge_base_is_not_found(settings):
+def test_an_unknown_knowledge_base_is_not_found(vsettings):
+    settings = vsettings
     with pytest.raises(NotFound, match="no knowledge base named 'nope'"):
         search(settings, "nope", "anything")
 
 
-def test_a_knowledge_base_with_nothing_embedded_returns_nothing(settings):
+def test_a_knowledge_base_with_nothing_embedded_returns_nothing(vsettings):
+    settings = vsettings
     add_document(settings, "a.txt", b"text")
     assert search(settings, "kb", "anything") == []
 
 
-def test_a_knowledge_base_of_another_model_is_refused(settings):
+def test_a_knowledge_base_of_another_model_is_refused(vsettings):
+    settings = vsettings
     _, _, kb = add_document(settings, "a.txt", b"text")
     with unit():
         KnowledgeBase.update(embedding_model="BAAI/bge-base-en", embedding_dim=768).where(
