@@ -22,9 +22,13 @@ from ingest import vectors
 from ingest.embedding import load_embedder
 from ingest.errors import NotFound, PermanentError
 from ingest.ids import kb_id as kb_id_of
+from ingest.keywords import fuse, keyword_available, keyword_top
 from ingest.vectors import BLOCK_ROWS, KbRef, keyset_vector_blocks, top_k, vector_blocks
 
-__all__ = ["BLOCK_ROWS", "Hit", "keyset_vector_blocks", "search", "top_k", "vector_blocks"]
+__all__ = ["BLOCK_ROWS", "MODES", "Hit", "keyset_vector_blocks", "search", "top_k", "vector_blocks"]
+MODES = ("dense", "keyword", "hybrid")
+DEFAULT_MODE = "hybrid"  # bench/retrieval.py: hybrid ranks the answer first most often (README)
+FUSE_DEPTH = 50  # each list's candidates fused in hybrid mode (at least k)
 ENGINE_OVERFETCH = 2  # an engine is asked for this many times k (plus 10) candidates at first
 ENGINE_ROUNDS = 4  # and up to 4x more each round while checked candidates fall short of k
 
@@ -38,6 +42,7 @@ class Hit:
     page: int | None  # first page of the chunk (1-based); None for a format without pages
     score: float
     content: str
+    last_page: int | None = None  # the page it ends on (a chunk of pages 2-3: page 2, last_page 3)
 
 
 def search(
@@ -47,11 +52,16 @@ def search(
     k: int = 5,
     tenant_id: str = "default",
     *,
+    mode: str = DEFAULT_MODE,
     block_rows: int | None = None,
 ) -> list[Hit]:
-    """The ``k`` chunks of knowledge base ``kb_name`` closest to ``query``, best first.
+    """The ``k`` chunks of knowledge base ``kb_name`` closest to ``query``, best first: by
+    vector similarity (``dense``), by the words' full-text relevance (``keyword``), or both
+    fused by reciprocal rank (``hybrid``; dense alone where the database has no full-text index).
 
     ``k`` above ``INGEST_SEARCH_MAX_K`` is refused (``ValueError``)."""
+    if mode not in MODES:
+        raise ValueError(f"search mode {mode!r}: use one of {', '.join(MODES)}")
     if k > settings.search_max_k:
         raise ValueError(f"-k {k} is more than {settings.search_max_k} (INGEST_SEARCH_MAX_K)")
     if k <= 0:
@@ -64,6 +74,8 @@ def search(
         raise NotFound(f"no knowledge base named {kb_name!r} (tenant {tenant_id!r})")
     if not kb.embedding_dim:
         return []  # nothing embedded yet
+    if mode == "keyword":
+        return _hits(keyword_top(kb.id, query, k))
     embedder = load_embedder(settings.embedding_model)
     if embedder.dim != kb.embedding_dim or (kb.embedding_model and kb.embedding_model != embedder.identity):
         raise PermanentError(
@@ -75,7 +87,11 @@ def search(
     ref = KbRef(tenant_id=kb.tenant_id, kb_id=kb.id, dim=kb.embedding_dim, model=kb.embedding_model)
     if block_rows is not None:  # exact, in blocks of this size (tests compare block sizes)
         store = vectors.MySQLStore(block_rows)
-    return _hits(nearest(store, ref, query_vector, k))
+    if mode == "dense" or not keyword_available():
+        return _hits(nearest(store, ref, query_vector, k))
+    depth = max(k, FUSE_DEPTH)
+    dense = nearest(store, ref, query_vector, depth)
+    return _hits(fuse([dense, keyword_top(kb.id, query, depth)], k))
 
 
 def nearest(
@@ -121,7 +137,7 @@ def _hits(top: list[tuple[str, float]]) -> list[Hit]:
         rows = {
             row[0]: row
             for row in ChunkRow.select(
-                ChunkRow.id, ChunkRow.doc_id, Document.name, ChunkRow.page, ChunkRow.content
+                ChunkRow.id, ChunkRow.doc_id, Document.name, ChunkRow.page, ChunkRow.content, ChunkRow.last_page
             )
             .join(Document, on=(Document.id == ChunkRow.doc_id))
             .where(ChunkRow.id.in_([cid for cid, _ in top]))
@@ -135,6 +151,7 @@ def _hits(top: list[tuple[str, float]]) -> list[Hit]:
             page=rows[cid][3] or None,
             score=score,
             content=rows[cid][4],
+            last_page=max(rows[cid][5] or 0, rows[cid][3] or 0) or None,
         )
         for cid, score in top
         if cid in rows

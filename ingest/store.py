@@ -36,7 +36,7 @@ _DEADLOCK_CODES = (1213, 1205)  # deadlock, lock wait timeout
 MAX_ROWS_PER_STATEMENT = 500
 MAX_BYTES_PER_STATEMENT = 4 << 20  # well under MySQL's 16 MiB max_allowed_packet
 _UPDATED_COLUMNS = (
-    "kb_id", "doc_id", "task_id", "generation", "position", "page", "content", "token_num", "vector", "meta",
+    "kb_id", "doc_id", "task_id", "generation", "position", "page", "last_page", "content", "token_num", "vector", "meta",
 )  # fmt: skip
 
 
@@ -79,6 +79,7 @@ def store_chunks(
             "generation": generation,
             "position": chunk.position,
             "page": chunk.page,
+            "last_page": max(chunk.last_page, chunk.page),
             "content": chunk.content,
             "token_num": chunk.token_num,
             "vector": vector_bytes(vectors[i]),

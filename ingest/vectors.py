@@ -31,7 +31,7 @@ from typing import Any, Protocol
 import numpy as np
 import peewee
 
-from db.database import connection
+from db.database import connection, is_mysql
 from db.models import Chunk as ChunkRow
 from db.models import Document
 
@@ -107,11 +107,24 @@ class MySQLStore:
         return None
 
 
+# MariaDB left to itself may drive this join from the document table, or read the chunk table by
+# its primary key (ORDER BY id LIMIT) and pass over other knowledge bases' rows (measured: 55,605
+# rows read for a 5k-chunk base beside a 100k one): the plan is fixed instead.
+_MYSQL_BLOCK = (
+    "SELECT c.id, c.vector FROM chunk AS c FORCE INDEX (chunk_kb_id_id) "
+    "STRAIGHT_JOIN document AS d ON d.id = c.doc_id AND d.generation = c.generation "
+    "WHERE c.kb_id = %s AND c.id > %s AND c.vector IS NOT NULL ORDER BY c.id LIMIT %s"
+)
+
+
 def vector_blocks(
     kb_id: str, dim: int, block_rows: int = BLOCK_ROWS
 ) -> Iterator[tuple[list[str], np.ndarray]]:
     """``(chunk ids, float32 matrix)`` blocks of the knowledge base's current chunks, by id:
-    a range of the ``(kb_id, id)`` index per block, each row joined to its document by key."""
+    on MySQL a range of the ``(kb_id, id)`` index per block (:data:`_MYSQL_BLOCK`), each row
+    joined to its document by primary key."""
+    if is_mysql():
+        return _mysql_blocks(kb_id, dim, block_rows)
     current = (Document.id == ChunkRow.doc_id) & (Document.generation == ChunkRow.generation)
     query = (
         ChunkRow.select(ChunkRow.id, ChunkRow.vector)
@@ -119,6 +132,31 @@ def vector_blocks(
         .where((ChunkRow.kb_id == kb_id) & ChunkRow.vector.is_null(False))
     )
     return keyset_vector_blocks(query, ChunkRow.id, dim, block_rows)
+
+
+def mysql_block_sql(kb_id: str, after: str, block_rows: int) -> tuple[str, tuple[Any, ...]]:
+    """The statement (and parameters) that reads one block on MySQL (``EXPLAIN`` it in tests)."""
+    return _MYSQL_BLOCK, (kb_id, after, int(block_rows))
+
+
+def _mysql_blocks(kb_id: str, dim: int, block_rows: int) -> Iterator[tuple[list[str], np.ndarray]]:
+    last = ""
+    while True:
+        with connection() as db:
+            rows = list(db.execute_sql(*mysql_block_sql(kb_id, last, block_rows)).fetchall())
+        if not rows:
+            return
+        last = rows[-1][0]
+        yield from _matrix(rows, dim)
+        if len(rows) < block_rows:
+            return
+
+
+def _matrix(rows: list[tuple[str, Any]], dim: int) -> Iterator[tuple[list[str], np.ndarray]]:
+    good = [(rid, bytes(vec)) for rid, vec in rows if vec is not None and len(vec) == dim * 4]
+    if good:
+        matrix = np.frombuffer(b"".join(v for _, v in good), dtype=np.float32).reshape(len(good), dim)
+        yield [rid for rid, _ in good], matrix
 
 
 def keyset_vector_blocks(
@@ -135,10 +173,7 @@ def keyset_vector_blocks(
         if not rows:
             return
         last = rows[-1][0]
-        good = [(rid, bytes(vec)) for rid, vec in rows if vec is not None and len(vec) == dim * 4]
-        if good:
-            matrix = np.frombuffer(b"".join(v for _, v in good), dtype=np.float32).reshape(len(good), dim)
-            yield [rid for rid, _ in good], matrix
+        yield from _matrix(rows, dim)
         if len(rows) < block_rows:
             return
 

@@ -8,7 +8,7 @@ app is imported.
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 
@@ -19,15 +19,15 @@ from ingest.api.runtime import Runtime
 router = APIRouter(prefix="/v1", tags=["search"])
 
 
-async def _search(request: Request, kb: str, q: str, k: int, who: Caller) -> dict[str, Any]:
+async def _search(request: Request, kb: str, q: str, k: int, who: Caller, mode: str = "hybrid") -> dict[str, Any]:
     runtime: Runtime = request.app.state.runtime
 
     def work() -> list[dict[str, Any]]:
         from ingest.search import search
 
-        return [asdict(h) for h in search(runtime.settings, kb, q, k, tenant_id=who.tenant_id)]
+        return [asdict(h) for h in search(runtime.settings, kb, q, k, tenant_id=who.tenant_id, mode=mode)]
 
-    return {"kb": kb, "query": q, "k": k, "hits": await runtime.in_embedder(work)}
+    return {"kb": kb, "query": q, "k": k, "mode": mode, "hits": await runtime.in_embedder(work)}
 
 
 @router.get("/search", responses={404: {"description": "no such knowledge base"}})
@@ -36,13 +36,14 @@ async def get_search(
     kb: Annotated[str, Query(min_length=1, max_length=128)],
     q: Annotated[str, Query(min_length=1, max_length=10_000)],
     k: Annotated[int, Query(ge=1, le=1000)] = 5,
+    mode: Annotated[Literal["dense", "keyword", "hybrid"], Query()] = "hybrid",
     who: Caller = Depends(caller),
 ) -> dict[str, Any]:
-    """Hits (chunk_id, doc_id, doc_name, page, score, content), best first."""
-    return await _search(request, kb, q, k, who)
+    """Hits (chunk_id, doc_id, doc_name, page, last_page, score, content), best first."""
+    return await _search(request, kb, q, k, who, mode)
 
 
 @router.post("/search", responses={404: {"description": "no such knowledge base"}})
 async def post_search(request: Request, body: SearchIn, who: Caller = Depends(caller)) -> dict[str, Any]:
-    """The same search with a JSON body ``{"kb", "q", "k"}``."""
-    return await _search(request, body.kb, body.q, body.k, who)
+    """The same search with a JSON body ``{"kb", "q", "k", "mode"}``."""
+    return await _search(request, body.kb, body.q, body.k, who, body.mode)

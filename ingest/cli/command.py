@@ -242,6 +242,9 @@ def cmd_search(settings: Settings, args: argparse.Namespace) -> int:
     from ingest import ids
     from ingest.errors import NotFound
 
+    if args.k > settings.search_max_k:
+        err(f"-k {args.k} is more than the cap of {settings.search_max_k} hits (INGEST_SEARCH_MAX_K)")
+        return EXIT_USAGE
     init_database(settings.db_url)
     with connection():
         if KnowledgeBase.get_or_none(KnowledgeBase.id == ids.kb_id(args.tenant, args.kb)) is None:
@@ -251,10 +254,7 @@ def cmd_search(settings: Settings, args: argparse.Namespace) -> int:
     except ImportError as exc:
         err(f"search is not available here: {exc}")
         return EXIT_FAILED
-    if args.k > settings.search_max_k:
-        err(f"-k {args.k} is more than the cap of {settings.search_max_k} hits (INGEST_SEARCH_MAX_K)")
-        return EXIT_USAGE
-    hits = search(settings, args.kb, args.query, k=args.k, tenant_id=args.tenant)
+    hits = search(settings, args.kb, args.query, k=args.k, tenant_id=args.tenant, mode=args.mode)
     rows = [_hit_dict(h) for h in hits]
     if args.json:
         json_out(rows)
@@ -291,7 +291,7 @@ def cmd_reindex(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _hit_dict(hit: Any) -> dict[str, Any]:
-    fields = ("doc_id", "doc_name", "page", "score", "content", "chunk_id")
+    fields = ("doc_id", "doc_name", "page", "last_page", "score", "content", "chunk_id")
     return {f: (hit.get(f) if isinstance(hit, dict) else getattr(hit, f, None)) for f in fields}
 
 
@@ -384,6 +384,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--tenant", default="default", metavar="ID")
     sub.add_argument(
         "-k", type=int, default=5, metavar="N", help="how many chunks (default 5, at most INGEST_SEARCH_MAX_K)"
+    )
+    sub.add_argument(
+        "--mode",
+        choices=("dense", "keyword", "hybrid"),
+        default="hybrid",
+        help="dense (vectors), keyword (full-text) or hybrid (both, rank-fused; the default)",
     )
     sub = verb(
         "reindex",

@@ -182,6 +182,14 @@ def fleet(console: Console, beats: list[dict[str, Any]]) -> None:
     console.print(table)
 
 
+def _pages(hit: dict[str, Any]) -> str:
+    """"" for a format without pages, "2" or "2-3" for a chunk that spans pages."""
+    first, last = hit.get("page"), hit.get("last_page")
+    if not first:
+        return ""
+    return f"{first}-{last}" if last and last != first else str(first)
+
+
 def hits(console: Console, rows: list[dict[str, Any]]) -> None:
     if not rows:
         console.print("no matching chunks")
@@ -195,7 +203,7 @@ def hits(console: Console, rows: list[dict[str, Any]]) -> None:
             str(rank),
             f"{float(hit['score']):.3f}",
             str(hit["doc_name"]),
-            "" if hit["page"] is None else str(hit["page"]),
+            _pages(hit),
             text[:300] + ("…" if len(text) > 300 else ""),
         )
     console.print(table)

@@ -8,7 +8,12 @@ import dataclasses
 from db.config import Settings
 from executor.cli import build_parser, parse_args
 
-CHOICES = {"log_format": ("json", "plain"), "tracing": ("off", "auto"), "log_level": ("DEBUG", "INFO")}
+CHOICES = {
+    "log_format": ("json", "plain"),
+    "tracing": ("off", "auto"),
+    "log_level": ("DEBUG", "INFO"),
+    "vector_store": ("milvus:///env.db", "http://milvus:19530"),
+}
 
 
 def _values(f: dataclasses.Field) -> tuple[str, str, object]:

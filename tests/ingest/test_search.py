@@ -13,12 +13,13 @@ from db.database import close_database, init_database, unit
 from db.models import Chunk as ChunkRow
 from db.models import Document, KnowledgeBase
 from db.schema import init_schema
+from ingest import vectors
 from ingest.chunking import ChunkConfig, chunk_document
 from ingest.errors import NotFound, PermanentError
+from ingest.keywords import fuse
 from ingest.parsers import parse_document
-from ingest.search import search, top_k
+from ingest.search import FUSE_DEPTH, search, top_k
 from ingest.store import record_embedding_model, store_chunks
-from ingest import vectors
 from tests.conftest import VECTOR_BACKENDS, _drop_database, make_settings, vector_store_url
 from tests.fixtures_docs import add_document, embedder  # noqa: F401 - the session's one model
 
@@ -104,6 +105,11 @@ def test_hits_carry_name_page_score_and_text(corpus):
     assert "tyre levers" in top.content and 0 < top.score <= 1 and len(top.chunk_id) == 32
 
 
+def test_a_format_without_pages_shows_no_page(corpus):
+    hits = search(corpus, "kb", "How do honeybees tell each other how far away the flowers are?", k=1)
+    assert hits[0].doc_name == "beekeeping.md" and hits[0].page is None and hits[0].last_page is None
+
+
 def test_reading_in_blocks_equals_the_full_computation(corpus, embedder):  # noqa: F811
     init_database(corpus.db_url)
     query = "fermentation of dough with wild yeast"
@@ -161,3 +167,21 @@ def test_a_knowledge_base_of_another_model_is_refused(vsettings):
         ).execute()
     with pytest.raises(PermanentError, match="INGEST_EMBEDDING_MODEL"):
         search(settings, "kb", "anything")
+
+
+def test_keyword_mode_finds_a_rare_word_by_the_full_text_index(corpus):
+    hits = search(corpus, "kb", "senbazuru", k=3, mode="keyword")
+    assert hits[0].doc_name == "origami_basics.docx" and "senbazuru" in hits[0].content.lower()
+    assert search(corpus, "kb", "zzyzxqq", k=3, mode="keyword") == []  # no word matches: no hit
+
+
+def test_hybrid_is_the_reciprocal_rank_fusion_of_dense_and_keyword(corpus):
+    query = "Fresnel lens of a lighthouse"
+    dense = search(corpus, "kb", query, k=FUSE_DEPTH, mode="dense")
+    keyword = search(corpus, "kb", query, k=FUSE_DEPTH, mode="keyword")
+    hybrid = search(corpus, "kb", query, k=5, mode="hybrid")
+    expected = fuse([[(h.chunk_id, h.score) for h in dense], [(h.chunk_id, h.score) for h in keyword]], 5)
+    assert [(h.chunk_id, round(h.score, 9)) for h in hybrid] == [(c, round(s, 9)) for c, s in expected]
+    assert hybrid[0].doc_name == "lighthouses.md"
+    with pytest.raises(ValueError, match="search mode"):
+        search(corpus, "kb", query, mode="sparse")
