@@ -122,6 +122,8 @@ class MilvusStore:
             index = client.prepare_index_params()
             index.add_index(field_name="vector", index_type="HNSW", metric_type="IP", params=HNSW_PARAMS)
             client.create_collection(name, schema=schema, index_params=index)
+        else:
+            client.load_collection(name)  # reopened (a new Lite owner, a restarted server): released
         self._known.add(name)
         return name
 
@@ -205,6 +207,27 @@ class MilvusStore:
                 output_fields=["count(*)"],
             )
             return int(rows[0]["count(*)"]) if rows else 0
+
+        return self._call(work)
+
+    def flush(self) -> None:
+        """Seal what the engine holds in memory into indexed segments (after a bulk load)."""
+
+        def work(client: Any) -> None:
+            for name in self._collections(client):
+                client.flush(name)
+
+        self._call(work)
+
+    def chunk_ids(self, kb: KbRef, limit: int = MAX_LIMIT) -> list[str]:
+        """The chunk ids the engine holds for the knowledge base (up to ``limit``; for checks)."""
+
+        def work(client: Any) -> list[str]:
+            name = self._collection(client, kb.dim, kb.model, create=False)
+            if name is None:
+                return []
+            rows = client.query(name, filter=f"kb_id == {literal(kb.kb_id)}", output_fields=["id"], limit=limit)
+            return [str(r["id"]) for r in rows]
 
         return self._call(work)
 

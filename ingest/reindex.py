@@ -81,6 +81,9 @@ def reindex(
             continue
         store.delete(kb_id=kb.id)
         written = _copy(store, kb, total, on_progress)
+        flush = getattr(store, "flush", None)
+        if flush is not None:
+            flush()  # the bulk load into indexed segments
         done.append(KbCount(kb.id, kb.name, kb.tenant_id, written, store.count(_ref(kb))))
     return done
 
