@@ -144,6 +144,10 @@ class Settings:
         default="auto",
         metadata={"help": "OpenTelemetry spans: auto (a configured provider), otlp, console or off"},
     )
+    trace_ratio: float = field(
+        default=1.0,
+        metadata={"help": "fraction of tasks traced, chosen by task id before the SDK runs (0 to 1)"},
+    )
     extra_handlers: str = field(
         default="",
         metadata={"help": "more task types: TYPE=module:function, comma separated"},
@@ -231,6 +235,8 @@ class Settings:
             raise ValueError("vector_store must be mysql, milvus:///PATH.db or http(s)://HOST:19530")
         if self.search_max_k < 1:
             raise ValueError("search_max_k must be at least 1")
+        if not 0.0 <= self.trace_ratio <= 1.0:
+            raise ValueError("trace_ratio must be between 0 and 1")
         if self.pages_per_task < 1:
             raise ValueError("pages_per_task must be at least 1")
         for name in ("tenant_max_running", "tenant_max_queued", "tenant_max_docs"):

@@ -27,6 +27,8 @@ def _values(f: dataclasses.Field) -> tuple[str, str, object]:
         return "2", "7", 7
     if f.name.endswith("_s"):
         return "30", "250ms", 0.25
+    if f.type in (float, "float"):
+        return "0.5", "0.25", 0.25
     return "from-env", "from-flag", "from-flag"
 
 
