@@ -113,8 +113,8 @@ def test_a_format_without_pages_shows_no_page(corpus):
 def test_reading_in_blocks_equals_the_full_computation(corpus, embedder):  # noqa: F811
     init_database(corpus.db_url)
     query = "fermentation of dough with wild yeast"
-    small_blocks = search(corpus, "kb", query, k=7, block_rows=3)
-    one_block = search(corpus, "kb", query, k=7, block_rows=100_000)
+    small_blocks = search(corpus, "kb", query, k=7, block_rows=3, mode="dense")
+    one_block = search(corpus, "kb", query, k=7, block_rows=100_000, mode="dense")
     with unit():
         ids, blobs = zip(*ChunkRow.select(ChunkRow.id, ChunkRow.vector).tuples(), strict=True)
     scores = np.stack([np.frombuffer(b, dtype=np.float32) for b in blobs]) @ embedder.encode([query])[0]
