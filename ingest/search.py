@@ -5,7 +5,8 @@ vector store's business (:mod:`ingest.vectors`: the chunk rows, exactly, in bloc
 knowledge base's own index; or an engine such as Milvus); what an engine returns is checked
 against the rows (still there, of the document's current generation) and it is asked for more
 when too few remain. Texts and names are read for the final top-k only. The query is embedded
-by the same model, loaded in the calling process.
+by the same model in the calling process, through its ONNX export when there is one
+(:mod:`ingest.query_encoder`: no torch), else through sentence-transformers.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from db.database import connection, init_database
 from db.models import Chunk as ChunkRow
 from db.models import Document, KnowledgeBase
 from ingest import vectors
-from ingest.embedding import load_embedder
 from ingest.errors import NotFound, PermanentError
 from ingest.ids import kb_id as kb_id_of
 from ingest.keywords import fuse, keyword_available, keyword_top
+from ingest.query_encoder import query_encoder
 from ingest.vectors import BLOCK_ROWS, KbRef, keyset_vector_blocks, top_k, vector_blocks
 
 __all__ = ["BLOCK_ROWS", "MODES", "Hit", "keyset_vector_blocks", "search", "top_k", "vector_blocks"]
@@ -76,7 +77,7 @@ def search(
         return []  # nothing embedded yet
     if mode == "keyword":
         return _hits(keyword_top(kb.id, query, k))
-    embedder = load_embedder(settings.embedding_model)
+    embedder = query_encoder(settings)
     if embedder.dim != kb.embedding_dim or (kb.embedding_model and kb.embedding_model != embedder.identity):
         raise PermanentError(
             f"knowledge base {kb_name!r} was embedded with {kb.embedding_model} (dimension "

@@ -13,6 +13,7 @@ CHOICES = {
     "tracing": ("off", "auto"),
     "log_level": ("DEBUG", "INFO"),
     "vector_store": ("milvus:///env.db", "http://milvus:19530"),
+    "query_encoder": ("torch", "onnx"),
 }
 
 
