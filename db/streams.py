@@ -75,8 +75,14 @@ CLIENT_OPTIONS: dict[str, Any] = {
 
 
 def connect(url: str) -> redis.Redis:
-    """A client for ``INGEST_REDIS_URL`` (:data:`CLIENT_OPTIONS`)."""
-    return redis.Redis.from_url(url, retry_on_timeout=False, **CLIENT_OPTIONS)
+    """A client for ``INGEST_REDIS_URL`` (:data:`CLIENT_OPTIONS`; a ``unix://`` socket takes no
+    TCP keepalive)."""
+    return redis.Redis.from_url(url, retry_on_timeout=False, **tcp_only(url, CLIENT_OPTIONS))
+
+
+def tcp_only(url: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` for a client of ``url``: a ``unix://`` socket takes no ``socket_keepalive``."""
+    return {k: v for k, v in options.items() if k != "socket_keepalive" or not url.startswith("unix:")}
 
 
 def encode_message(message: Mapping[str, Any]) -> str:

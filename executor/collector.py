@@ -17,7 +17,7 @@ from db.config import Settings
 from db.database import RETRYABLE_DB_ERRORS, connection
 from db.gate import Gate
 from db.keys import Keys
-from db.streams import BLOCK_MS_MAX, RETRYABLE_REDIS_ERRORS, Entry, Streams, decode_entry
+from db.streams import BLOCK_MS_MAX, RETRYABLE_REDIS_ERRORS, Entry, Streams, decode_entry, tcp_only
 from executor.book import STOP_LOST, Book, Claimed
 from executor.claim import ClaimPlan, ClaimRules, OwnTransactionNeeded, validate_and_claim
 from executor.context import Limiters
@@ -69,16 +69,16 @@ return {id, p[1][4] + 1, fields}
 def read_client(url: str) -> redis.Redis:
     """One connection of its own for the blocking reads, without hidden retries (a retried read
     could take entries whose first reply was lost; the orphan check finds those instead)."""
-    return redis.Redis.from_url(
-        url,
-        decode_responses=True,
-        encoding_errors="replace",  # a message of bytes that are not UTF-8 is bad input, not a crash
-        socket_timeout=BLOCK_MS_MAX / 1000 + 8,
-        socket_connect_timeout=5,
-        socket_keepalive=True,
-        single_connection_client=True,
-        retry=Retry(NoBackoff(), 0),
-    )
+    options = {
+        "decode_responses": True,
+        "encoding_errors": "replace",  # a message of bytes that are not UTF-8 is bad input, not a crash
+        "socket_timeout": BLOCK_MS_MAX / 1000 + 8,
+        "socket_connect_timeout": 5,
+        "socket_keepalive": True,
+        "single_connection_client": True,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    return redis.Redis.from_url(url, **tcp_only(url, options))
 
 
 def _pairs(flat: list[str] | None) -> dict[str, str] | None:

@@ -119,6 +119,18 @@ def list_dead(settings: Settings, *, limit: int | None = None) -> list[DeadLette
         client.close()
 
 
+def recent_dead(settings: Settings, limit: int) -> list[DeadLetter]:
+    """The newest ``limit`` dead letters, newest first (the dashboard's page)."""
+    keys = Keys(settings.key_prefix)
+    client = connect(settings.redis_url)
+    try:
+        replayed = cast("dict[str, str]", client.hgetall(keys.dead_replayed))  # decoded replies
+        page = cast("list[tuple[str, dict[str, str]]]", client.xrevrange(keys.dead, count=limit))
+        return [_letter(eid, fields, replayed) for eid, fields in page]
+    finally:
+        client.close()
+
+
 def _pick(
     letters: list[DeadLetter], entry_ids: Sequence[str] | None, skipped: list[tuple[str, str]]
 ) -> list[DeadLetter]:
@@ -180,7 +192,9 @@ def replay(settings: Settings, entry_ids: Sequence[str] | None = None) -> Replay
 
 
 def _found(ids: list[str]) -> dict[str, dict[str, Any]]:
-    return {r["id"]: r for r in Task.select(Task.id, Task.doc_id, Task.status).where(Task.id.in_(ids)).dicts()}
+    return {
+        r["id"]: r for r in Task.select(Task.id, Task.doc_id, Task.status).where(Task.id.in_(ids)).dicts()
+    }
 
 
 def _requeue(

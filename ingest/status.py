@@ -18,7 +18,7 @@ from db.config import Settings
 from db.database import connection, init_database
 from db.gate import Gate
 from db.keys import PRIORITIES, Keys
-from db.models import TASK_STATES, Document, KnowledgeBase, Task
+from db.models import TASK_STATES, TERMINAL_STATES, Document, KnowledgeBase, Task
 from db.streams import connect
 from ingest.errors import NotFound
 
@@ -139,6 +139,38 @@ def describe(settings: Settings, id_: str, *, tenant_id: str | None = None) -> d
     }
 
 
+# -- following one task or document (the HTTP watch, the client's watch) ------------------
+
+DOCUMENT_ENDS = ("done", "failed", "cancelled")
+
+
+def slim(state: dict[str, Any]) -> dict[str, Any]:
+    """A described task or document without its chunk id list (it can be long)."""
+    if state.get("kind") == "task":
+        task = {k: v for k, v in state["task"].items() if k != "chunk_ids"}
+        return {**state, "task": task}
+    return state
+
+
+def is_terminal(state: dict[str, Any]) -> bool:
+    if state["kind"] == "task":
+        return state["task"]["status"] in TERMINAL_STATES
+    return state["document"]["run"] in DOCUMENT_ENDS
+
+
+def fingerprint(state: dict[str, Any]) -> tuple[Any, ...]:
+    if state["kind"] == "task":
+        t = state["task"]
+        return (t["status"], t["progress"], t["progress_msg"])
+    d = state["document"]
+    tasks = tuple((t["id"], t["status"], t["progress"]) for t in state.get("tasks", ()))
+    return (d["run"], d["progress"], d["progress_msg"], d["generation"], tasks)
+
+
+def end_status(state: dict[str, Any]) -> str:
+    return str(state["task"]["status"] if state["kind"] == "task" else state["document"]["run"])
+
+
 def fleet(settings: Settings) -> list[dict[str, Any]]:
     """Every live executor's heartbeat (``executor:{consumer}``), with ``age_s`` added."""
     keys = Keys(settings.key_prefix)
@@ -166,6 +198,18 @@ def fleet(settings: Settings) -> list[dict[str, Any]]:
         _stale_health(beat, float(beat.get("heartbeat_s") or settings.heartbeat_s))
         beats.append(beat)
     return beats
+
+
+def health_text(health: Any) -> str:
+    """A heartbeat's health verdict: ``ok``, or the reasons it is not (as the health check says),
+    and what its ports had to shed (``warnings``)."""
+    if not isinstance(health, dict):
+        return ""
+    warnings = "; ".join(str(w) for w in health.get("warnings") or [])
+    if health.get("ok"):
+        return f"ok (warning: {warnings})" if warnings else "ok"
+    reasons = "; ".join(str(r) for r in health.get("reasons") or [])
+    return f"unhealthy: {reasons}" if reasons else "unhealthy"
 
 
 def _stale_health(beat: dict[str, Any], heartbeat_s: float) -> None:

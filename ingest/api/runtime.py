@@ -13,7 +13,7 @@ from db.config import Settings
 from db.database import init_database
 from db.keys import Keys
 from db.results import Results
-from db.streams import CLIENT_OPTIONS
+from db.streams import CLIENT_OPTIONS, tcp_only
 
 T = TypeVar("T")
 
@@ -27,7 +27,7 @@ REDIS_POOL_TIMEOUT_S = 10
 def redis_pool(url: str, size: int) -> redis.BlockingConnectionPool:
     """A pool that makes callers wait for a free connection instead of opening more."""
     return redis.BlockingConnectionPool.from_url(
-        url, max_connections=size, timeout=REDIS_POOL_TIMEOUT_S, **CLIENT_OPTIONS
+        url, max_connections=size, timeout=REDIS_POOL_TIMEOUT_S, **tcp_only(url, CLIENT_OPTIONS)
     )
 
 
