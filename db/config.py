@@ -125,6 +125,14 @@ class Settings:
         default=900.0, metadata={"help": "time one parser or dataflow component may spend on one document"}
     )
     max_chunk_chars: int = field(default=20000, metadata={"help": "characters one chunk may hold"})
+    vector_store: str = field(
+        default="mysql",
+        metadata={
+            "help": "where vectors are searched: mysql (the chunk rows, exact), milvus:///PATH.db "
+            "(Milvus Lite) or http(s)://HOST:19530 (a Milvus server or cluster)"
+        },
+    )
+    search_max_k: int = field(default=1000, metadata={"help": "most hits one search may ask for"})
     embedding_model: str = field(default_factory=_default_model, metadata={"help": "model path or name"})
     embedding_batch: int = field(default=32, metadata={"help": "chunks per encode call"})
     home: str = field(
@@ -247,6 +255,10 @@ class Settings:
             raise ValueError("log_format must be plain or json")
         if self.tracing not in ("auto", "otlp", "console", "off"):
             raise ValueError("tracing must be auto, otlp, console or off")
+        if not (self.vector_store == "mysql" or self.vector_store.startswith(("milvus:///", "http://", "https://"))):
+            raise ValueError("vector_store must be mysql, milvus:///PATH.db or http(s)://HOST:19530")
+        if self.search_max_k < 1:
+            raise ValueError("search_max_k must be at least 1")
         if self.query_encoder not in ("auto", "onnx", "torch"):
             raise ValueError("query_encoder must be auto, onnx or torch")
         if not 0.0 <= self.trace_ratio <= 1.0:

@@ -175,12 +175,13 @@ class Task(BaseModel):
 
 class Chunk(BaseModel):
     id = peewee.CharField(max_length=32, primary_key=True)  # from task id + position
-    kb_id = peewee.CharField(max_length=32, index=True)
+    kb_id = peewee.CharField(max_length=32)  # indexed with id (below)
     doc_id = peewee.CharField(max_length=32)  # indexed with generation and token_num (below)
     task_id = peewee.CharField(max_length=32, index=True)
     generation = peewee.IntegerField(default=0)
     position = peewee.IntegerField()
-    page = peewee.IntegerField(default=0)
+    page = peewee.IntegerField(default=0)  # first page (1-based); 0: a format without pages
+    last_page = peewee.IntegerField(default=0)  # the page it ends on (a chunk may span pages)
     content = LongTextField()
     token_num = peewee.IntegerField(default=0)
     vector = LongBlobField(null=True)  # float32, normalised
@@ -190,8 +191,10 @@ class Chunk(BaseModel):
     class Meta:
         table_name = "chunk"
         # (doc_id, generation, token_num): a document's chunks; a generation's count and tokens
-        # read from the index alone; older generations found without touching the current one
-        indexes = ((("doc_id", "generation", "token_num"), False),)
+        # read from the index alone; older generations found without touching the current one.
+        # (kb_id, id): search's keyset blocks and ``ingest reindex`` read one knowledge base's
+        # rows in id order and nothing else (``ingest.vectors``)
+        indexes = ((("doc_id", "generation", "token_num"), False), (("kb_id", "id"), False))
 
 
 class Dataflow(BaseModel):

@@ -41,6 +41,7 @@ def init_schema(db_url: str) -> InitReport:
                 report.created_tables.append(table)
                 continue
             _bring_up_to_date(db, model, report)
+        _fulltext(db, report)
         row = SchemaVersion.get_or_none(SchemaVersion.id == 1)
         if row is None:
             SchemaVersion.insert(id=1, version=SCHEMA_VERSION).execute()
@@ -69,4 +70,19 @@ def _bring_up_to_date(db: peewee.Database, model: type[peewee.Model], report: In
             del have_indexes[name]
         if name not in have_indexes:
             db.execute(index.safe(True))
+            report.added_indexes.append(name)
+
+
+FULLTEXT = ("chunk", "chunk_content_ft", "content")  # keyword search (ingest.keywords)
+
+
+def _fulltext(db: peewee.Database, report: InitReport) -> None:
+    """MySQL/MariaDB: the InnoDB FULLTEXT index on chunk text, added when missing (SQLite has
+    none: keyword search is not offered there)."""
+    if not is_mysql():
+        return
+    table, name, column = FULLTEXT
+    if name not in {i.name for i in db.get_indexes(table)}:
+        db.execute_sql(f"ALTER TABLE `{table}` ADD FULLTEXT INDEX `{name}` (`{column}`)")
+        if table not in report.created_tables:  # part of creating the table, else an addition
             report.added_indexes.append(name)

@@ -37,6 +37,7 @@ from executor.strikes import StrikeBook
 from executor.sweeper import Sweeper
 from executor.tracing import Tracing
 from executor.tracing import for_settings as tracing_for
+from ingest import vectors
 
 log = logging.getLogger("executor.daemon")
 
@@ -221,6 +222,7 @@ class Daemon:
         self._serve()
         self.limiters = Limiters.for_settings(s)
         await trio.to_thread.run_sync(init_database, s.db_url)
+        vectors.use(s)  # the store chunk writes and removals go to (opened at its first use)
         self.redis = connect(s.redis_url)
         self.streams = Streams(self.redis, self.keys, slot_ms=slot_ms_for(s))
         metrics = self.metrics if self.metrics.enabled else None

@@ -21,6 +21,7 @@ from executor.context import Limiters
 from executor.metrics import NO_METRICS
 from executor.outage import Outage
 from executor.progress import append_line
+from ingest import vectors
 from ingest.documents import lock_documents, recompute_documents
 
 log = logging.getLogger("executor.finisher")
@@ -125,6 +126,7 @@ def _write(live: list[Outcome], doc_ids: list[str]) -> dict[str, str | None]:
     cancelled = [tid for tid, st in state.items() if st == CANCELLED]
     if cancelled:  # a cancelled run's chunks go with it
         Chunk.delete().where(Chunk.task_id.in_(cancelled)).execute()
+        vectors.forget(task_ids=cancelled)  # in the transaction: a cancelled run's chunks are no hits
     if doc_ids:
         recompute_documents(doc_ids)
     return state

@@ -44,6 +44,7 @@ from db.streams import RETRYABLE_REDIS_ERRORS, Streams
 from executor.context import Limiters
 from executor.outage import Outage
 from executor.progress import append_line
+from ingest import vectors
 from ingest.documents import lock_documents, recompute_documents
 from ingest.prune import prune_tasks
 from ingest.publish import task_message
@@ -341,6 +342,7 @@ class Reconciler:
             ]
             removed = Chunk.delete().where(Chunk.task_id.in_(still)).execute() if still else 0
             recompute_documents([doc for tid, doc in idle if doc and tid in still])
+        vectors.forget(task_ids=still)  # rows first, then the engine
         return int(removed)
 
     def _idle_consumers(self) -> list[str]:

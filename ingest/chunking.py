@@ -126,9 +126,10 @@ class Chunk:
     """One chunk of a task's text: ``position`` counts from 0 within the task."""
 
     content: str
-    page: int
+    page: int  # the page its first piece is on (1-based; 0 for a format without pages)
     token_num: int
     position: int
+    last_page: int = 0  # the page its last piece is on (a chunk may span pages); 0 as above
 
 
 def oversize_note(config: ChunkConfig, model: str) -> str:
@@ -251,13 +252,13 @@ def chunk_sections(sections: Iterable[Section], config: ChunkConfig, tokenizer: 
     """Merge sections' pieces into chunks of at most ``config.chunk_token_num`` tokens."""
     limit = config.chunk_token_num
     max_chars = config.max_chars if config.max_chars > 0 else float("inf")
-    drafts: list[tuple[str, int]] = []  # (content, page)
+    drafts: list[tuple[str, int, int]] = []  # (content, first page, last page)
     texts: list[str] = []
-    tokens = chars = fresh = page = 0  # fresh: pieces of this chunk that are not overlap
+    tokens = chars = fresh = page = last_page = 0  # fresh: pieces of this chunk that are not overlap
     for piece in _pieces(sections, config, tokenizer):
         if fresh and (tokens + piece.tokens > limit or chars + len(piece.text) > max_chars):
             content = "".join(texts)
-            drafts.append((content, page))
+            drafts.append((content, page, last_page))
             overlap = overlap_tail(content, min(config.overlap_tokens, limit - piece.tokens), tokenizer)
             if len(overlap) + len(piece.text) > max_chars:
                 overlap = ""  # no room for it within the character cap
@@ -267,14 +268,15 @@ def chunk_sections(sections: Iterable[Section], config: ChunkConfig, tokenizer: 
             fresh = 0
         if not fresh:
             page = piece.page
+        last_page = piece.page
         texts.append(piece.text)
         tokens += piece.tokens
         chars += len(piece.text)
         fresh += 1
     if fresh:
-        drafts.append(("".join(texts), page))
+        drafts.append(("".join(texts), page, last_page))
     chunks: list[Chunk] = []
-    for content, chunk_page in drafts:
+    for content, chunk_page, chunk_last in drafts:
         content = content.strip()
         if not content:
             continue
@@ -283,7 +285,7 @@ def chunk_sections(sections: Iterable[Section], config: ChunkConfig, tokenizer: 
         for part in parts:
             if part:
                 n = count if len(parts) == 1 else tokenizer.count(part)
-                chunks.append(Chunk(part, chunk_page, n, len(chunks)))
+                chunks.append(Chunk(part, chunk_page, n, len(chunks), max(chunk_last, chunk_page)))
     return chunks
 
 

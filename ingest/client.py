@@ -21,7 +21,7 @@ import collections
 import contextlib
 import os
 import time
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 

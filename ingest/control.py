@@ -27,7 +27,7 @@ from db.models import (
     Task,
     now_ms,
 )
-from ingest import ids
+from ingest import ids, vectors
 from ingest.documents import lock_documents, recompute_documents
 from ingest.errors import NotFound
 from ingest.lines import appended
@@ -163,6 +163,7 @@ def cancel(settings: Settings, id_: str, *, tenant_id: str | None = None) -> Can
     """Cancel a task, or every unfinished task of a document: rows first, then cancel keys (and
     each cancelled task's result). With ``tenant_id``, only that tenant's task or document."""
     init_database(settings.db_url)
+    vectors.use(settings)
     with unit():  # which rows, read apart: the write below locks its documents before it reads
         task, doc = _task_or_document(id_, tenant_id)
     if task is not None:
@@ -264,6 +265,7 @@ def _failed_of_current_generations() -> list[tuple[str, str]]:
 def remove_document(settings: Settings, doc_id: str) -> RemoveResult:
     """Remove a document: cancel its unfinished tasks, delete its tasks, chunks, row and bytes."""
     init_database(settings.db_url)
+    vectors.use(settings)
     with unit():
         doc = Document.get_or_none(Document.id == doc_id)
         if doc is None:
@@ -274,7 +276,7 @@ def remove_document(settings: Settings, doc_id: str) -> RemoveResult:
             raise NotFound(f"no document with id {doc_id!r}")
         result, locations = _remove_docs([doc.id], kb_id=None)
         refresh_kb_counts([doc.kb_id])
-    _after_remove(settings, locations, result.cancelled)
+    _after_remove(settings, result, locations, result.cancelled)
     return result
 
 
@@ -286,6 +288,7 @@ def remove_kb(settings: Settings, kb_name: str, *, tenant_id: str = "default") -
     what belongs to no document and the knowledge base's row. Stopped half way, the knowledge
     base stands with the documents not yet removed, each whole: ``rm --kb`` again finishes."""
     init_database(settings.db_url)
+    vectors.use(settings)
     kb = ids.kb_id(tenant_id, kb_name)
     with unit():
         if not _lock_kb(kb):
@@ -310,7 +313,7 @@ def remove_kb(settings: Settings, kb_name: str, *, tenant_id: str = "default") -
                 refresh_kb_counts([kb])
             else:
                 KnowledgeBase.delete().where(KnowledgeBase.id == kb).execute()
-        _after_remove(settings, locations, part.cancelled)
+        _after_remove(settings, part, locations, part.cancelled)
         doc_ids += part.doc_ids
         cancelled += part.cancelled
         tasks, chunks = tasks + part.tasks_removed, chunks + part.chunks_removed
@@ -358,7 +361,9 @@ def _remove_docs(doc_ids: list[str], *, kb_id: str | None) -> tuple[RemoveResult
     return result, locations
 
 
-def _after_remove(settings: Settings, locations: list[str], cancelled: list[str]) -> None:
+def _after_remove(settings: Settings, result: RemoveResult, locations: list[str], cancelled: list[str]) -> None:
+    """After the rows' commit: the engine's vectors, the bytes, the cancel keys."""
+    vectors.forget(doc_ids=result.doc_ids, kb_id=result.kb_id)
     storage = open_storage(settings.storage_url)
     for location in locations:
         storage.delete(location)

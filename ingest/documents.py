@@ -13,6 +13,7 @@ import peewee
 
 from db.database import lock_for_update
 from db.models import CANCELLED, DONE, QUEUED, RUNNING, TERMINAL_STATES, Chunk, Document, Task, now_ms
+from ingest import vectors
 
 DELETE_BATCH = 100  # chunk ids per DELETE: a short IN list stays a primary-key lookup, never a scan
 
@@ -118,4 +119,7 @@ def _delete_older_chunks(doc: Document) -> int:
     ]
     for start in range(0, len(older), DELETE_BATCH):
         Chunk.delete().where(Chunk.id.in_(older[start : start + DELETE_BATCH])).execute()
+    # From the engine at once, inside the caller's transaction: these chunks are of no current
+    # generation, so no search misses them should the transaction roll back.
+    vectors.forget(ids=older)
     return len(older)

@@ -23,6 +23,7 @@ import peewee
 from db.config import Settings
 from db.database import init_database, unit
 from db.models import DEAD, TERMINAL_STATES, Chunk, Document, Task, now_ms
+from ingest import vectors
 
 BATCH = 1000
 REMOVABLE_STATES = tuple(s for s in TERMINAL_STATES if s != DEAD)  # a dead row backs its dead letter
@@ -44,6 +45,7 @@ def prune_tasks(settings: Settings, older_than_s: float, *, now: int | None = No
     if older_than_s <= 0:
         raise ValueError(f"--older-than must be a positive duration, not {older_than_s}")
     init_database(settings.db_url)
+    vectors.use(settings)
     cutoff = (now if now is not None else now_ms()) - int(older_than_s * 1000)
     tasks = chunks = 0
     while True:
@@ -73,11 +75,15 @@ def _remove_batch(cutoff: int) -> tuple[int, int]:
         by_generation: dict[int, list[str]] = defaultdict(list)
         for tid, generation in rows:
             by_generation[int(generation)].append(tid)
-        chunks = 0
+        gone: list[str] = []
         for generation, ids in sorted(by_generation.items()):
-            chunks += Chunk.delete().where(Chunk.task_id.in_(ids) & (Chunk.generation == generation)).execute()
+            held = Chunk.select(Chunk.id).where(Chunk.task_id.in_(ids) & (Chunk.generation == generation))
+            gone += [cid for (cid,) in held.tuples()]
+        for start in range(0, len(gone), BATCH):
+            Chunk.delete().where(Chunk.id.in_(gone[start : start + BATCH])).execute()
         removed = Task.delete().where(Task.id.in_([tid for tid, _ in rows])).execute()
-    return int(removed), int(chunks)
+    vectors.forget(ids=gone)  # rows first, then the engine
+    return int(removed), len(gone)
 
 
 def _trim_progress(cutoff: int) -> int:

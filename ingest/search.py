@@ -1,30 +1,38 @@
 """Search: the top chunks of a knowledge base by cosine similarity to a query.
 
-Only chunks of each document's current generation count. Vectors are read in blocks (keyset
-pagination by chunk id, :data:`BLOCK_ROWS` rows a block) and scored with one matrix product
-per block while a running top-k is kept, so memory stays bounded however large the knowledge
-base grows; texts and names are read for the final top-k only. The query is embedded by the
-same model in the calling process, through its ONNX export when there is one
+Only chunks of each document's current generation count. Where the vectors are searched is the
+vector store's business (:mod:`ingest.vectors`: the chunk rows, exactly, in blocks of the
+knowledge base's own index; or an engine such as Milvus); what an engine returns is checked
+against the rows (still there, of the document's current generation) and it is asked for more
+when too few remain. Texts and names are read for the final top-k only. The query is embedded
+by the same model in the calling process, through its ONNX export when there is one
 (:mod:`ingest.query_encoder`: no torch), else through sentence-transformers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
-import peewee
 
 from db.config import Settings
 from db.database import connection, init_database
 from db.models import Chunk as ChunkRow
 from db.models import Document, KnowledgeBase
+from ingest import vectors
 from ingest.errors import NotFound, PermanentError
 from ingest.ids import kb_id as kb_id_of
+from ingest.keywords import fuse, keyword_available, keyword_top
 from ingest.query_encoder import query_encoder
+from ingest.vectors import BLOCK_ROWS, KbRef, keyset_vector_blocks, top_k, vector_blocks
 
-BLOCK_ROWS = 4096
+__all__ = ["BLOCK_ROWS", "MODES", "Hit", "keyset_vector_blocks", "search", "top_k", "vector_blocks"]
+MODES = ("dense", "keyword", "hybrid")
+DEFAULT_MODE = "hybrid"  # bench/retrieval.py: hybrid ranks the answer first most often (README)
+FUSE_DEPTH = 50  # each list's candidates fused in hybrid mode (at least k)
+ENGINE_OVERFETCH = 2  # an engine is asked for this many times k (plus 10) candidates at first
+ENGINE_ROUNDS = 4  # and up to 4x more each round while checked candidates fall short of k
+
 
 
 @dataclass(frozen=True)
@@ -32,9 +40,10 @@ class Hit:
     chunk_id: str
     doc_id: str
     doc_name: str
-    page: int
+    page: int | None  # first page of the chunk (1-based); None for a format without pages
     score: float
     content: str
+    last_page: int | None = None  # the page it ends on (a chunk of pages 2-3: page 2, last_page 3)
 
 
 def search(
@@ -44,18 +53,30 @@ def search(
     k: int = 5,
     tenant_id: str = "default",
     *,
-    block_rows: int = BLOCK_ROWS,
+    mode: str = DEFAULT_MODE,
+    block_rows: int | None = None,
 ) -> list[Hit]:
-    """The ``k`` chunks of knowledge base ``kb_name`` closest to ``query``, best first."""
+    """The ``k`` chunks of knowledge base ``kb_name`` closest to ``query``, best first: by
+    vector similarity (``dense``), by the words' full-text relevance (``keyword``), or both
+    fused by reciprocal rank (``hybrid``; dense alone where the database has no full-text index).
+
+    ``k`` above ``INGEST_SEARCH_MAX_K`` is refused (``ValueError``)."""
+    if mode not in MODES:
+        raise ValueError(f"search mode {mode!r}: use one of {', '.join(MODES)}")
+    if k > settings.search_max_k:
+        raise ValueError(f"-k {k} is more than {settings.search_max_k} (INGEST_SEARCH_MAX_K)")
     if k <= 0:
         return []
     init_database(settings.db_url)
+    store = vectors.use(settings)
     with connection():
         kb = KnowledgeBase.get_or_none(KnowledgeBase.id == kb_id_of(tenant_id, kb_name))
     if kb is None:
         raise NotFound(f"no knowledge base named {kb_name!r} (tenant {tenant_id!r})")
     if not kb.embedding_dim:
         return []  # nothing embedded yet
+    if mode == "keyword":
+        return _hits(keyword_top(kb.id, query, k))
     embedder = query_encoder(settings)
     if embedder.dim != kb.embedding_dim or (kb.embedding_model and kb.embedding_model != embedder.identity):
         raise PermanentError(
@@ -64,68 +85,50 @@ def search(
             f"(now {embedder.identity}, dimension {embedder.dim})"
         )
     query_vector = embedder.encode([query])[0]
-    top = top_k(vector_blocks(kb.id, embedder.dim, block_rows), query_vector, k)
-    return _hits(top)
+    ref = KbRef(tenant_id=kb.tenant_id, kb_id=kb.id, dim=kb.embedding_dim, model=kb.embedding_model)
+    if block_rows is not None:  # exact, in blocks of this size (tests compare block sizes)
+        store = vectors.MySQLStore(block_rows)
+    if mode == "dense" or not keyword_available():
+        return _hits(nearest(store, ref, query_vector, k))
+    depth = max(k, FUSE_DEPTH)
+    dense = nearest(store, ref, query_vector, depth)
+    return _hits(fuse([dense, keyword_top(kb.id, query, depth)], k))
 
 
-def vector_blocks(
-    kb_id: str, dim: int, block_rows: int = BLOCK_ROWS
-) -> Iterator[tuple[list[str], np.ndarray]]:
-    """``(chunk ids, float32 matrix)`` blocks of the knowledge base's current chunks, by id."""
-    current = (Document.id == ChunkRow.doc_id) & (Document.generation == ChunkRow.generation)
-    query = (
-        ChunkRow.select(ChunkRow.id, ChunkRow.vector)
-        .join(Document, on=current)
-        .where((ChunkRow.kb_id == kb_id) & ChunkRow.vector.is_null(False))
-    )
-    return keyset_vector_blocks(query, ChunkRow.id, dim, block_rows)
-
-
-def keyset_vector_blocks(
-    query: peewee.Select, key: peewee.Field, dim: int, block_rows: int = BLOCK_ROWS
-) -> Iterator[tuple[list[str], np.ndarray]]:
-    """``(ids, float32 matrix)`` blocks of the ``(id, vector)`` rows ``query`` selects, read by
-    keyset pagination on ``key`` (``key > last ORDER BY key``: give it an index that starts
-    with the query's equality columns and ends with ``key``). Vectors that are not ``dim``
-    float32 values are left out; each block is read on a connection of its own."""
-    last = ""
-    while True:
-        with connection():
-            rows = list(query.where(key > last).order_by(key).limit(block_rows).tuples())
-        if not rows:
-            return
-        last = rows[-1][0]
-        good = [(rid, bytes(vec)) for rid, vec in rows if vec is not None and len(vec) == dim * 4]
-        if good:
-            matrix = np.frombuffer(b"".join(v for _, v in good), dtype=np.float32).reshape(len(good), dim)
-            yield [rid for rid, _ in good], matrix
-        if len(rows) < block_rows:
-            return
-
-
-def top_k(
-    blocks: Iterable[tuple[list[str], np.ndarray]], query_vector: np.ndarray, k: int
+def nearest(
+    store: vectors.VectorStore, kb: KbRef, query_vector: np.ndarray, k: int
 ) -> list[tuple[str, float]]:
-    """The ``k`` best ``(id, score)`` over all blocks, score descending, then id ascending."""
-    query = np.asarray(query_vector, dtype=np.float32)
-    best_ids = np.empty(0, dtype=object)
-    best_scores = np.empty(0, dtype=np.float32)
-    for ids, matrix in blocks:
-        scores = np.concatenate([best_scores, matrix @ query])
-        all_ids = np.concatenate([best_ids, np.asarray(ids, dtype=object)])
-        keep = _best(all_ids, scores, k)
-        best_ids, best_scores = all_ids[keep], scores[keep]
-    return [(str(i), float(s)) for i, s in zip(best_ids, best_scores, strict=True)]
+    """The ``k`` best ``(chunk id, score)`` of the store, only current chunks of the rows."""
+    if store.exact:
+        return store.search(kb, query_vector, k)
+    limit = ENGINE_OVERFETCH * k + 10
+    for _ in range(ENGINE_ROUNDS):
+        found = store.search(kb, query_vector, limit)
+        current = _current(kb.kb_id, [cid for cid, _ in found])
+        kept = [(cid, score) for cid, score in found if cid in current]
+        if len(kept) >= k or len(found) < limit:
+            break
+        limit *= 4
+    kept.sort(key=lambda hit: (-hit[1], hit[0]))
+    return kept[:k]
 
 
-def _best(ids: np.ndarray, scores: np.ndarray, k: int) -> np.ndarray:
-    if len(scores) > 4 * k:  # cut to a few candidates first (ties at the edge all kept)
-        edge = np.partition(scores, len(scores) - k)[len(scores) - k]
-        candidates = np.nonzero(scores >= edge)[0]
-    else:
-        candidates = np.arange(len(scores))
-    order = sorted(candidates, key=lambda i: (-float(scores[i]), ids[i]))
-    return np.asarray(order[:k], dtype=np.intp)
+def _current(kb_id: str, ids: list[str]) -> set[str]:
+    """Those of ``ids`` that are chunk rows of ``kb_id`` of their document's current generation."""
+    if not ids:
+        return set()
+    current = (Document.id == ChunkRow.doc_id) & (Document.generation == ChunkRow.generation)
+    found: set[str] = set()
+    with connection():
+        for start in range(0, len(ids), 1000):
+            found.update(
+                cid
+                for (cid,) in ChunkRow.select(ChunkRow.id)
+                .join(Document, on=current)
+                .where((ChunkRow.kb_id == kb_id) & ChunkRow.id.in_(ids[start : start + 1000]))
+                .tuples()
+            )
+    return found
 
 
 def _hits(top: list[tuple[str, float]]) -> list[Hit]:
@@ -135,7 +138,7 @@ def _hits(top: list[tuple[str, float]]) -> list[Hit]:
         rows = {
             row[0]: row
             for row in ChunkRow.select(
-                ChunkRow.id, ChunkRow.doc_id, Document.name, ChunkRow.page, ChunkRow.content
+                ChunkRow.id, ChunkRow.doc_id, Document.name, ChunkRow.page, ChunkRow.content, ChunkRow.last_page
             )
             .join(Document, on=(Document.id == ChunkRow.doc_id))
             .where(ChunkRow.id.in_([cid for cid, _ in top]))
@@ -146,9 +149,10 @@ def _hits(top: list[tuple[str, float]]) -> list[Hit]:
             chunk_id=cid,
             doc_id=rows[cid][1],
             doc_name=rows[cid][2],
-            page=rows[cid][3],
+            page=rows[cid][3] or None,
             score=score,
             content=rows[cid][4],
+            last_page=max(rows[cid][5] or 0, rows[cid][3] or 0) or None,
         )
         for cid, score in top
         if cid in rows

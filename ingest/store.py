@@ -7,6 +7,8 @@ Chunk writes are fenced like every other write of a run: in the same transaction
 row is locked and must be ``running`` (under the run's attempt, when given), so a run whose
 document was removed, or whose task was cancelled or taken over, writes nothing
 (:class:`~ingest.errors.TaskLost`).
+The bound vector store (:mod:`ingest.vectors`) gets the same upserts inside that transaction,
+after the fence (a run fenced out writes to neither), and the stale positions' removal.
 Each function here is blocking and one unit of work (its own connection and transaction):
 call it through ``trio.to_thread.run_sync`` under the ``db_limiter``.
 """
@@ -25,6 +27,7 @@ import xxhash
 from db.database import is_mysql, lock_for_update, unit
 from db.models import RUNNING, KnowledgeBase, Task, now_ms
 from db.models import Chunk as ChunkRow
+from ingest import vectors
 from ingest.chunking import Chunk
 from ingest.errors import PermanentError, TaskLost
 
@@ -33,7 +36,7 @@ _DEADLOCK_CODES = (1213, 1205)  # deadlock, lock wait timeout
 MAX_ROWS_PER_STATEMENT = 500
 MAX_BYTES_PER_STATEMENT = 4 << 20  # well under MySQL's 16 MiB max_allowed_packet
 _UPDATED_COLUMNS = (
-    "kb_id", "doc_id", "task_id", "generation", "position", "page", "content", "token_num", "vector", "meta",
+    "kb_id", "doc_id", "task_id", "generation", "position", "page", "last_page", "content", "token_num", "vector", "meta",
 )  # fmt: skip
 
 
@@ -76,6 +79,7 @@ def store_chunks(
             "generation": generation,
             "position": chunk.position,
             "page": chunk.page,
+            "last_page": max(chunk.last_page, chunk.page),
             "content": chunk.content,
             "token_num": chunk.token_num,
             "vector": vector_bytes(vectors[i]),
@@ -127,6 +131,7 @@ def _upsert(task_id: str, rows: list[dict[str, Any]], attempt: int | None = None
         ]
         if stale:
             ChunkRow.delete().where(ChunkRow.id.in_(stale)).execute()
+            vectors.forget(ids=stale)
         for batch in _batches(rows):
             query = ChunkRow.insert_many(batch)
             if is_mysql():
@@ -134,6 +139,21 @@ def _upsert(task_id: str, rows: list[dict[str, Any]], attempt: int | None = None
             else:
                 query = query.on_conflict(conflict_target=[ChunkRow.id], preserve=preserve)
             query.execute()
+        _index(rows)
+
+
+def _index(rows: list[dict[str, Any]]) -> None:
+    """The rows' vectors into the bound store's engine (upserts by chunk id; in the caller's
+    transaction, so a rerun after a crash anywhere here writes the same ids again)."""
+    store = vectors.active()
+    if store.exact or not rows:
+        return
+    kb = KnowledgeBase.get_by_id(rows[0]["kb_id"])
+    ref = vectors.KbRef(kb.tenant_id, kb.id, kb.embedding_dim, kb.embedding_model)
+    store.upsert(
+        ref,
+        [vectors.VectorRow(r["id"], r["doc_id"], r["task_id"], vector_from_bytes(r["vector"])) for r in rows],
+    )
 
 
 def _batches(rows: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
@@ -153,7 +173,9 @@ def _batches(rows: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
 def delete_task_chunks(task_id: str) -> int:
     """Remove every chunk a task wrote (after a cancel); returns how many."""
     with unit():
-        return int(ChunkRow.delete().where(ChunkRow.task_id == task_id).execute())
+        removed = ChunkRow.delete().where(ChunkRow.task_id == task_id).execute()
+    vectors.forget(task_ids=[task_id])
+    return int(removed)
 
 
 def record_embedding_model(kb_id: str, model: str, dim: int, note: str = "") -> None:

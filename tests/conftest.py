@@ -121,6 +121,27 @@ def settings(test_name: str) -> Iterator[Settings]:
         _drop_database(s.db_url)
 
 
+VECTOR_BACKENDS = ("mysql", "milvus-lite")
+
+
+def vector_store_url(backend: str, folder: object) -> str:
+    """``INGEST_VECTOR_STORE`` for a backend of the tests: Milvus Lite in a folder of the test's."""
+    return "mysql" if backend == "mysql" else f"milvus:///{folder}/vectors.db"
+
+
+@pytest.fixture(params=VECTOR_BACKENDS)
+def vsettings(request: pytest.FixtureRequest, settings: Settings, tmp_path) -> Iterator[Settings]:
+    """``settings`` on each vector store backend in turn (bound for the test's process)."""
+    from ingest import vectors
+
+    s = settings.replace(vector_store=vector_store_url(request.param, tmp_path))
+    vectors.use(s)
+    try:
+        yield s
+    finally:
+        vectors.close_all()
+
+
 @pytest.fixture
 def sqlite_settings(tmp_path, test_name: str) -> Iterator[Settings]:
     s = make_settings(test_name, db_url=f"sqlite:///{tmp_path}/ingest.db")

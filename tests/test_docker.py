@@ -39,7 +39,7 @@ def _verbs() -> set[str]:
 
 
 def test_compose_has_the_services_an_operator_needs():
-    assert set(COMPOSE["services"]) == {"mariadb", "redis", "init", "executor", "prometheus"}
+    assert set(COMPOSE["services"]) == {"mariadb", "redis", "init", "executor", "prometheus", "milvus"}
     assert COMPOSE["services"]["prometheus"]["profiles"] == ["monitoring"]  # only when asked for
     maria = COMPOSE["services"]["mariadb"]
     assert "healthcheck" in maria and maria["volumes"]
@@ -62,7 +62,7 @@ def test_init_is_a_one_shot_cli_verb():
 def test_every_variable_set_is_one_the_settings_read():
     known = _known_vars()
     for name, service in COMPOSE["services"].items():
-        if name in ("mariadb", "redis"):
+        if name in ("mariadb", "redis", "milvus"):  # the services' own images read these
             continue
         unknown = set(service.get("environment", {})) - known
         assert not unknown, f"{name} sets variables nothing reads: {unknown}"
@@ -124,3 +124,16 @@ def test_prometheus_config_and_alert_rules_pass_promtool():
         assert out.returncode == 0, out.stdout + out.stderr
     rules = yaml.safe_load((ROOT / "docker" / "alerts.yml").read_text())["groups"][0]["rules"]
     assert any("ingest_redis_disruptions_total" in r["expr"] for r in rules)
+
+
+def test_the_milvus_profile_and_the_vector_store_setting_line_up():
+    milvus = COMPOSE["services"]["milvus"]
+    assert milvus["profiles"] == ["milvus"]  # only when asked for
+    assert "19530" in [str(p) for p in milvus["expose"]] and milvus["volumes"]
+    header = (ROOT / "docker" / "compose.yaml").read_text()
+    url = re.search(r"INGEST_VECTOR_STORE=(\S+) docker compose .*--profile milvus", header).group(1)
+    assert url == "http://milvus:19530"
+    Settings.from_env({"INGEST_VECTOR_STORE": url})  # a value the settings accept
+    for name in ("init", "executor"):  # every process that touches chunks reads the same variable
+        env = COMPOSE["services"][name]["environment"]
+        assert env["INGEST_VECTOR_STORE"] == "${INGEST_VECTOR_STORE:-mysql}"

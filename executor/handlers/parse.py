@@ -19,6 +19,7 @@ import trio
 from executor.context import ExecutorEnv, TaskContext, TaskResult
 from executor.handlers import owned_document, shared_embedding_service
 from executor.tracing import record_span, span
+from ingest import vectors
 from ingest.chunking import ChunkConfig, oversize_note
 from ingest.embedding import EmbeddingService
 from ingest.errors import PermanentError
@@ -35,6 +36,7 @@ def make_handler(env: ExecutorEnv) -> Callable[[TaskContext], Awaitable[TaskResu
     """Called once per executor: the handler shares one embedding service and one storage."""
     service = shared_embedding_service(env)
     storage = open_storage(env.settings.storage_url)
+    vectors.use(env.settings)  # store_chunks indexes into it
 
     async def handle_parse(ctx: TaskContext) -> TaskResult:
         return await parse_task(ctx, service, storage)

@@ -37,3 +37,4 @@ class SearchIn(BaseModel):
     kb: Annotated[str, Field(min_length=1, max_length=128)]
     q: Annotated[str, Field(min_length=1, max_length=10_000)]
     k: Annotated[int, Field(ge=1, le=1000)] = 5
+    mode: Literal["dense", "keyword", "hybrid"] = "hybrid"

@@ -48,6 +48,9 @@ class Runtime:
     def create(cls, settings: Settings) -> Runtime:
         """Build (no connection is made until the first call)."""
         init_database(settings.db_url, max_connections=2 * DB_THREADS)
+        from ingest import vectors
+
+        vectors.use(settings)
         client = redis.Redis(connection_pool=redis_pool(settings.redis_url, REDIS_CONNECTIONS))
         keys = Keys(settings.key_prefix)
         return cls(

@@ -19,7 +19,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from db.config import Settings, redact_url
-from ingest.cli.common import EXIT_FAILED, EXIT_OK, EXIT_UNAVAILABLE, err, json_out, new_console, out
+from ingest.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    err,
+    json_out,
+    new_console,
+    out,
+)
 
 _MYSQL_UNREACHABLE = {2002, 2003, 2005, 2006, 2013, 2055}
 
@@ -144,6 +153,17 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
 
     data = st.summary(settings)
     code = EXIT_OK
+    from ingest.errors import RetryableError
+    from ingest.reindex import engine_counts
+
+    try:
+        data["vector_store"] = engine_counts(settings)
+    except RetryableError as exc:
+        data["vector_store"] = {"error": str(exc)}
+        err(str(exc))
+        code = EXIT_FAILED
+    if data["vector_store"].get("differs"):
+        code = EXIT_FAILED
     try:
         data["redis"] = st.redis_summary(settings)
         data["tenants"] = [s.to_dict() for s in standings(settings)]
@@ -237,6 +257,9 @@ def cmd_search(settings: Settings, args: argparse.Namespace) -> int:
     from ingest import ids
     from ingest.errors import NotFound
 
+    if args.k > settings.search_max_k:
+        err(f"-k {args.k} is more than the cap of {settings.search_max_k} hits (INGEST_SEARCH_MAX_K)")
+        return EXIT_USAGE
     init_database(settings.db_url)
     with connection():
         if KnowledgeBase.get_or_none(KnowledgeBase.id == ids.kb_id(args.tenant, args.kb)) is None:
@@ -249,7 +272,7 @@ def cmd_search(settings: Settings, args: argparse.Namespace) -> int:
     from ingest.cli.model import warnings_to_stderr
 
     warnings_to_stderr()
-    hits = search(settings, args.kb, args.query, k=args.k, tenant_id=args.tenant)
+    hits = search(settings, args.kb, args.query, k=args.k, tenant_id=args.tenant, mode=args.mode)
     rows = [_hit_dict(h) for h in hits]
     if args.json:
         json_out(rows)
@@ -260,8 +283,33 @@ def cmd_search(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_reindex(settings: Settings, args: argparse.Namespace) -> int:
+    from ingest.reindex import reindex
+
+    if args.json:
+        done = reindex(settings, args.kb, tenant_id=args.tenant)
+    else:
+        from rich.progress import Progress
+
+        with Progress(console=new_console(stderr=True), transient=True) as bar:
+            tasks: dict[str, Any] = {}
+
+            def show(name: str, written: int, total: int) -> None:
+                if name not in tasks:
+                    tasks[name] = bar.add_task(f"reindex {name}", total=max(total, 1))
+                bar.update(tasks[name], completed=written)
+
+            done = reindex(settings, args.kb, tenant_id=args.tenant, on_progress=show)
+    if args.json:
+        json_out([c.to_dict() for c in done])
+    else:
+        for c in done:
+            out(f"reindexed {c.name} (tenant {c.tenant_id}): {c.rows} vectors written, {c.engine} in the engine")
+    return EXIT_OK if all(c.rows == c.engine for c in done) else EXIT_FAILED
+
+
 def _hit_dict(hit: Any) -> dict[str, Any]:
-    fields = ("doc_id", "doc_name", "page", "score", "content", "chunk_id")
+    fields = ("doc_id", "doc_name", "page", "last_page", "score", "content", "chunk_id")
     return {f: (hit.get(f) if isinstance(hit, dict) else getattr(hit, f, None)) for f in fields}
 
 
@@ -281,6 +329,11 @@ def _global_options(parser: argparse.ArgumentParser, *, in_verb: bool) -> None:
     )
     group.add_argument("--redis-url", default=default, help="Redis URL")
     group.add_argument("--key-prefix", default=default, help="prefix of every Redis key")
+    group.add_argument(
+        "--vector-store",
+        default=default,
+        help="where vectors are searched (INGEST_VECTOR_STORE): mysql, milvus:///PATH.db or http(s)://HOST:19530",
+    )
     group.add_argument("--traceback", action="store_true", default=default, help="show a traceback on errors")
 
 
@@ -353,7 +406,22 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("query", metavar="QUERY")
     sub.add_argument("--kb", required=True, metavar="NAME")
     sub.add_argument("--tenant", default="default", metavar="ID")
-    sub.add_argument("-k", type=int, default=5, metavar="N", help="how many chunks (default 5)")
+    sub.add_argument(
+        "-k", type=int, default=5, metavar="N", help="how many chunks (default 5, at most INGEST_SEARCH_MAX_K)"
+    )
+    sub.add_argument(
+        "--mode",
+        choices=("dense", "keyword", "hybrid"),
+        default="hybrid",
+        help="dense (vectors), keyword (full-text) or hybrid (both, rank-fused; the default)",
+    )
+    sub = verb(
+        "reindex",
+        cmd_reindex,
+        "Rebuild the vector engine (INGEST_VECTOR_STORE) from the chunk rows: one knowledge base or all.",
+    )
+    sub.add_argument("--kb", metavar="NAME", help="only this knowledge base")
+    sub.add_argument("--tenant", default="default", metavar="ID")
     from ingest.cli import admin, dataflow, dead, demo, memory, model, prune, strikes, tenants
 
     tenants.add_verbs(verbs, _global_options)
@@ -430,7 +498,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings: Settings | None = None
     try:
         overrides = {"db_url": args.db_url, "redis_url": args.redis_url, "key_prefix": args.key_prefix}
+        overrides["vector_store"] = getattr(args, "vector_store", None)
         settings = Settings.from_env(os.environ, **overrides)
+        from ingest import vectors
+
+        vectors.use(settings)
         if not getattr(args, "needs_services", True):
             return int(args.func(settings, args))
         from db.embedded import held

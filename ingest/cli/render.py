@@ -90,6 +90,17 @@ def summary(console: Console, data: dict[str, Any]) -> None:
         console.print(f"streams: {streams}; dead letters: {redis_part['dead_letters']}")
         stats = ", ".join(f"{k} {v}" for k, v in sorted(redis_part["stats"].items()))
         console.print(f"live executors: {redis_part['executors']}" + (f"; {stats}" if stats else ""))
+    store = data.get("vector_store") or {}
+    if store.get("error"):
+        console.print(f"vector store: {store['error']}", style="red")
+    elif store:
+        console.print(f"vector store: {store['store']}, {len(store['knowledge_bases'])} knowledge base(s) compared")
+        for kb in store["differs"]:
+            console.print(
+                f"vector store lost vectors of knowledge base {kb['name']} (tenant {kb['tenant_id']}): "
+                f"{kb['rows']} chunk rows, {kb['engine']} in the engine; run `ingest reindex --kb {kb['name']}`",
+                style="red",
+            )
 
 
 def described(console: Console, data: dict[str, Any]) -> None:
@@ -167,6 +178,14 @@ def fleet(console: Console, beats: list[dict[str, Any]]) -> None:
     console.print(table)
 
 
+def _pages(hit: dict[str, Any]) -> str:
+    """"" for a format without pages, "2" or "2-3" for a chunk that spans pages."""
+    first, last = hit.get("page"), hit.get("last_page")
+    if not first:
+        return ""
+    return f"{first}-{last}" if last and last != first else str(first)
+
+
 def hits(console: Console, rows: list[dict[str, Any]]) -> None:
     if not rows:
         console.print("no matching chunks")
@@ -180,7 +199,7 @@ def hits(console: Console, rows: list[dict[str, Any]]) -> None:
             str(rank),
             f"{float(hit['score']):.3f}",
             str(hit["doc_name"]),
-            str(hit["page"]),
+            _pages(hit),
             text[:300] + ("…" if len(text) > 300 else ""),
         )
     console.print(table)

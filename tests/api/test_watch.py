@@ -69,7 +69,9 @@ def test_search_finds_what_a_task_indexed(keyed: ApiServer, executor: ExecutorPr
         assert r.status_code == 200, r.text
         hits = r.json()["hits"]
         assert 1 <= len(hits) <= 3 and hits[0]["doc_name"] == "ships.txt"
-        assert set(hits[0]) == {"chunk_id", "doc_id", "doc_name", "page", "score", "content"}
+        assert set(hits[0]) == {"chunk_id", "doc_id", "doc_name", "page", "last_page", "score", "content"}
+        assert hits[0]["page"] is None and hits[0]["last_page"] is None  # a text file has no pages
+        assert c.get("/v1/search", params={"kb": "ships", "q": "x", "mode": "sparse"}).status_code == 422
         r = c.post("/v1/search", json={"kb": "ships", "q": "lighthouse", "k": 1})
         assert r.status_code == 200 and len(r.json()["hits"]) == 1
         assert c.get("/v1/search", params={"kb": "nowhere", "q": "x"}).status_code == 404

@@ -12,6 +12,7 @@ CHOICES = {
     "log_format": ("json", "plain"),
     "tracing": ("off", "auto"),
     "log_level": ("DEBUG", "INFO"),
+    "vector_store": ("milvus:///env.db", "http://milvus:19530"),
     "query_encoder": ("torch", "onnx"),
 }
 

@@ -15,6 +15,7 @@ from db.models import KnowledgeBase
 from executor.context import ExecutorEnv, Limiters
 from executor.handlers import EMBEDDING_SERVICE
 from executor.handlers.parse import make_handler
+from ingest import vectors
 from ingest.embedding import WINDOW_BATCHES
 from ingest.errors import BadDocument, PermanentError
 from ingest.parsers import register_parser, unregister_parser
@@ -29,10 +30,11 @@ PAGES = [
 
 
 @pytest.fixture
-def env(settings, rclient, keys, embedder):  # noqa: F811
+def env(vsettings, rclient, keys, embedder):  # noqa: F811
+    """On each vector store backend (``vsettings``): the handler indexes into it."""
     return ExecutorEnv(
-        settings=settings,
-        limiters=Limiters.for_settings(settings),
+        settings=vsettings,
+        limiters=Limiters.for_settings(vsettings),
         consumer="test_0",
         redis=rclient,
         keys=keys,
@@ -86,6 +88,9 @@ async def test_running_a_task_twice_writes_the_same_chunks(settings, env):
     assert first.chunk_ids == second.chunk_ids and len(first.chunk_ids) > 1
     with unit():
         assert ChunkRow.select().count() == len(first.chunk_ids)
+        kb = KnowledgeBase.get()
+    ref = vectors.KbRef(kb.tenant_id, kb.id, kb.embedding_dim, kb.embedding_model)
+    assert vectors.active().count(ref) == len(first.chunk_ids)  # upserts: no duplicate in the engine
 
 
 @rule("publish.refusals")

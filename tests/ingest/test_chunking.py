@@ -143,3 +143,13 @@ def test_knowledge_base_then_document_config_over_the_defaults():
 def test_a_bad_parser_config_is_a_permanent_error(bad):
     with pytest.raises(PermanentError, match="parser_config"):
         ChunkConfig.from_parser_configs(bad)
+
+
+def test_a_chunk_records_the_pages_it_spans(tokenizer):
+    sections = [Section("Page one ends here.", 1), Section("Page two goes on.", 2), Section("Three.", 3)]
+    chunks = chunk_sections(sections, ChunkConfig(), tokenizer)
+    assert [(c.page, c.last_page) for c in chunks] == [(1, 3)]
+    alone = chunk_sections(sections[1:2], ChunkConfig(), tokenizer)
+    assert [(c.page, c.last_page) for c in alone] == [(2, 2)]
+    unpaged = chunk_sections([Section("No pages in a text file.")], ChunkConfig(), tokenizer)
+    assert [(c.page, c.last_page) for c in unpaged] == [(0, 0)]

@@ -1,0 +1,139 @@
+"""Search at scale, per vector store backend: insert rate, search p50/p99, recall@10.
+
+    .venv/bin/python bench/search_scale.py [--sizes 10000,100000] [--queries 50] [--dim 384]
+
+One knowledge base of N chunks with synthetic vectors (normalised, drawn around 1,000 random
+centres, as embeddings of real text cluster), written as chunk rows in a MariaDB database of
+the bench's own (dropped at the end) and, for Milvus Lite, into a data directory under /tmp.
+Reports for each N and backend: rows (or engine upserts) per second; search latency of the
+whole search path below the embedding (``ingest.search.nearest``: for Milvus, the engine plus
+the check of its hits against the rows), p50 and p99 over the queries; and recall@10 against
+exact search (numpy over all N vectors). Queries are stored vectors moved a little off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from db.config import Settings  # noqa: E402
+from db.database import close_database, unit  # noqa: E402
+from db.models import Chunk as ChunkRow  # noqa: E402
+from db.models import Document, KnowledgeBase  # noqa: E402
+from db.schema import init_schema  # noqa: E402
+from ingest import ids, vectors  # noqa: E402
+from ingest.search import nearest  # noqa: E402
+
+MODEL = "synthetic"
+ROWS_PER_INSERT = 1000
+
+
+def synthetic(n: int, dim: int, seed: int = 7) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((1000, dim)).astype(np.float32)
+    out = centres[rng.integers(0, len(centres), n)] + 0.35 * rng.standard_normal((n, dim)).astype(np.float32)
+    return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
+def fill_rows(kb: vectors.KbRef, matrix: np.ndarray) -> float:
+    """The chunk rows (one document); returns rows per second."""
+    doc_id = ids.doc_id(kb.kb_id, "synthetic")
+    with unit():
+        KnowledgeBase.create(id=kb.kb_id, name="scale", embedding_model=MODEL, embedding_dim=kb.dim)
+        Document.create(id=doc_id, kb_id=kb.kb_id, name="synthetic", generation=1)
+    started = time.perf_counter()
+    for start in range(0, len(matrix), ROWS_PER_INSERT):
+        rows = [
+            {"id": f"{i:032x}", "kb_id": kb.kb_id, "doc_id": doc_id, "task_id": "t", "generation": 1,
+             "position": i, "content": f"chunk {i}", "vector": matrix[i].tobytes()}
+            for i in range(start, min(start + ROWS_PER_INSERT, len(matrix)))
+        ]  # fmt: skip
+        with unit():
+            ChunkRow.insert_many(rows).execute()
+    return len(matrix) / (time.perf_counter() - started)
+
+
+def fill_engine(store: vectors.VectorStore, kb: vectors.KbRef, matrix: np.ndarray) -> float:
+    doc_id = ids.doc_id(kb.kb_id, "synthetic")
+    started = time.perf_counter()
+    for start in range(0, len(matrix), ROWS_PER_INSERT):
+        end = min(start + ROWS_PER_INSERT, len(matrix))
+        store.upsert(kb, [vectors.VectorRow(f"{i:032x}", doc_id, "t", matrix[i]) for i in range(start, end)])
+    store.flush()  # type: ignore[attr-defined]  # sealed into indexed segments, as a reindex does
+    assert store.count(kb) == len(matrix)
+    return len(matrix) / (time.perf_counter() - started)
+
+
+def latencies(store: vectors.VectorStore, kb: vectors.KbRef, queries: np.ndarray) -> tuple[list[float], list[list[str]]]:
+    nearest(store, kb, queries[0], 10)  # warm: caches, the engine's index loaded
+    times, found = [], []
+    for q in queries:
+        started = time.perf_counter()
+        top = nearest(store, kb, q, 10)
+        times.append(time.perf_counter() - started)
+        found.append([cid for cid, _ in top])
+    return times, found
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def run(size: int, dim: int, n_queries: int, db_url: str) -> None:
+    from tests.conftest import _drop_database
+
+    settings = Settings.from_env({}, db_url=db_url)
+    _drop_database(db_url)
+    folder = tempfile.mkdtemp(prefix="bench-milvus-")
+    init_schema(db_url)
+    try:
+        matrix = synthetic(size, dim)
+        rng = np.random.default_rng(11)
+        picks = matrix[rng.integers(0, size, n_queries)] + 0.2 * rng.standard_normal((n_queries, dim)).astype(np.float32)
+        queries = picks / np.linalg.norm(picks, axis=1, keepdims=True)
+        exact = [[f"{i:032x}" for i in np.argsort(-(matrix @ q), kind="stable")[:10]] for q in queries]
+        kb = vectors.KbRef("default", ids.kb_id("default", "scale"), dim, MODEL)
+        rows_rate = fill_rows(kb, matrix)
+        for name, url in (("mysql", "mysql"), ("milvus-lite", f"milvus:///{folder}/vectors.db")):
+            store = vectors.use(settings.replace(vector_store=url))
+            rate = rows_rate if store.exact else fill_engine(store, kb, matrix)
+            qs = queries if store.exact is False or size <= 100_000 else queries[:10]
+            times, found = latencies(store, kb, qs)
+            recall = np.mean([len(set(f) & set(e)) / 10 for f, e in zip(found, exact, strict=False)])
+            print(
+                f"{size:>9,} {name:<12} insert {rate:>9,.0f}/s  p50 {1000 * statistics.median(times):>8.1f} ms  "
+                f"p99 {1000 * pct(times, 99):>8.1f} ms  recall@10 {recall:.3f}  ({len(qs)} queries)",
+                flush=True,
+            )
+    finally:
+        vectors.close_all()
+        close_database()
+        _drop_database(db_url)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="10000,100000")
+    parser.add_argument("--queries", type=int, default=50)
+    parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--db-url", default="mysql://root@127.0.0.1:3306/bench_search_scale")
+    args = parser.parse_args(argv)
+    print(f"{'chunks':>9} {'backend':<12} (insert: rows/s for mysql, engine upserts/s for milvus)")
+    for size in (int(s) for s in args.sizes.split(",")):
+        run(size, args.dim, args.queries, args.db_url)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""The vector store on both backends: tenants apart, no orphan vectors after rm, regeneration
+or a cancelled run, an engine rebuilt from the rows after its file is lost, and the mysql
+backend's blocks reading the knowledge base's own index."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from db.database import unit
+from db.models import Chunk as ChunkRow
+from db.models import Document, KnowledgeBase, Task
+from ingest import ids, vectors
+from ingest.chunking import Chunk
+from ingest.cli import main
+from ingest.control import remove_document, remove_kb
+from ingest.documents import lock_documents, recompute_documents
+from ingest.milvus import lite_path
+from ingest.reindex import engine_counts, reindex, row_count
+from ingest.search import search
+from ingest.store import delete_task_chunks, record_embedding_model, store_chunks
+from tests.fixtures_docs import embedder  # noqa: F401 - the session's one model
+from tests.ingest.factories import cli_args
+from tests.ingest.test_search import index
+
+
+def _kb_ref(kb_id: str) -> vectors.KbRef:
+    with unit():
+        kb = KnowledgeBase.get_by_id(kb_id)
+    return vectors.KbRef(kb.tenant_id, kb.id, kb.embedding_dim, kb.embedding_model)
+
+
+def engine_count(kb_id: str) -> int:
+    """What the engine holds for the knowledge base (the rows, for mysql)."""
+    return vectors.active().count(_kb_ref(kb_id))
+
+
+def _tenant_chunks(tenant: str, embedder, texts: list[str]) -> tuple[str, list[str]]:  # noqa: F811
+    """A knowledge base "kb" of ``tenant`` with one document of ``texts`` as chunks, indexed."""
+    kb_id = ids.kb_id(tenant, "kb")
+    doc_id = ids.doc_id(kb_id, "notes.txt")
+    task_id = ids.task_id(doc_id, 0, 100_000_000, 1)
+    with unit():
+        KnowledgeBase.create(id=kb_id, tenant_id=tenant, name="kb")
+        Document.create(id=doc_id, kb_id=kb_id, tenant_id=tenant, name="notes.txt", doc_type="txt", generation=1)
+        Task.create(id=task_id, doc_id=doc_id, kb_id=kb_id, tenant_id=tenant, generation=1, status="running", attempt=1)
+    record_embedding_model(kb_id, embedder.identity, embedder.dim)
+    chunks = [Chunk(t, 0, 5, i) for i, t in enumerate(texts)]
+    stored = store_chunks(
+        kb_id=kb_id, doc_id=doc_id, task_id=task_id, generation=1, chunks=chunks, vectors=embedder.encode(texts)
+    )
+    return kb_id, stored
+
+
+def test_one_tenant_never_finds_another_s_chunks(vsettings, embedder):  # noqa: F811
+    texts = ["Volcanoes erupt lava and ash.", "Tides follow the moon."]
+    kb_a, chunks_a = _tenant_chunks("tenant-a", embedder, texts)
+    kb_b, chunks_b = _tenant_chunks('tenant "b"', embedder, texts)  # same texts, same vectors
+    hits = search(vsettings, "kb", "lava from a volcano", k=10, tenant_id="tenant-a")
+    assert {h.chunk_id for h in hits} == set(chunks_a)
+    hits = search(vsettings, "kb", "lava from a volcano", k=10, tenant_id='tenant "b"')
+    assert {h.chunk_id for h in hits} == set(chunks_b)
+    query = embedder.encode(["lava"])[0]  # the store itself, below the check against the rows
+    assert {c for c, _ in vectors.active().search(_kb_ref(kb_a), query, 50)} == set(chunks_a)
+
+
+def test_rm_and_regeneration_leave_no_orphan_vectors(vsettings, embedder):  # noqa: F811
+    settings = vsettings
+    _, doc, kb = index(settings, embedder, "a.txt", b"Sourdough rises with wild yeast. " * 80, generation=1)
+    index(settings, embedder, "b.txt", b"Kepler's laws describe orbits. " * 80, generation=1)
+    first = row_count(kb["id"])
+    assert first > 2 and engine_count(kb["id"]) == first
+    _, doc, _ = index(settings, embedder, "a.txt", b"Bees dance to tell distance.", generation=2)
+    with unit():
+        Task.update(status="done").where(Task.doc_id == doc["id"]).execute()
+        lock_documents([doc["id"]])
+        recompute_documents([doc["id"]])  # generation 2 is done: generation 1's chunks go
+    assert engine_count(kb["id"]) == row_count(kb["id"]) < first
+    remove_document(settings, doc["id"])
+    assert engine_count(kb["id"]) == row_count(kb["id"]) > 0
+    ref = _kb_ref(kb["id"])
+    remove_kb(settings, "kb")
+    assert vectors.active().count(ref) == 0
+
+
+def test_a_cancelled_run_s_chunks_leave_the_engine(vsettings, embedder):  # noqa: F811
+    task, _, kb = index(vsettings, embedder, "a.txt", b"The moon pulls the sea. " * 100)
+    assert engine_count(kb["id"]) == row_count(kb["id"]) > 1
+    delete_task_chunks(task["id"])  # what the executor does once a cancelled run has stopped
+    assert engine_count(kb["id"]) == row_count(kb["id"]) == 0
+
+
+def test_reindex_after_the_engine_s_file_is_lost_restores_the_same_results(settings, embedder, tmp_path, capsys):  # noqa: F811
+    settings = settings.replace(vector_store=f"milvus:///{tmp_path}/vectors.db")
+    vectors.use(settings)
+    try:
+        for name, text in [("a.txt", b"Espresso is brewed at nine bars. " * 40), ("b.txt", b"Knots join ropes. " * 40)]:
+            _, _, kb = index(settings, embedder, name, text)
+        before = search(settings, "kb", "coffee brewing pressure", k=5)
+        assert before and engine_counts(settings)["differs"] == []
+        vectors.close_all()
+        shutil.rmtree(lite_path(settings.vector_store))  # the engine's data is gone
+        vectors.use(settings)
+        assert search(settings, "kb", "coffee brewing pressure", k=5) == []
+        lost = engine_counts(settings)["differs"]
+        assert [(d["name"], d["engine"]) for d in lost] == [("kb", 0)]
+        assert main(["status", *cli_args(settings), "--vector-store", settings.vector_store]) == 1
+        assert "run `ingest reindex --kb kb`" in capsys.readouterr().out
+        done = reindex(settings, "kb")
+        assert [(c.rows, c.engine) for c in done] == [(row_count(kb["id"]), row_count(kb["id"]))]
+        assert search(settings, "kb", "coffee brewing pressure", k=5) == before
+    finally:
+        vectors.close_all()
+
+
+def test_the_mysql_blocks_read_only_the_knowledge_base_s_own_rows(settings):
+    for n, kb_name in enumerate(("small", "large")):
+        kb_id = ids.kb_id("default", kb_name)
+        with unit():
+            KnowledgeBase.create(id=kb_id, name=kb_name)
+            for d in range(5):
+                Document.create(id=f"{n}{d}".ljust(32, "d"), kb_id=kb_id, name=f"{d}.txt", generation=1)
+            rows = [
+                {"id": f"{n}{i:031x}", "kb_id": kb_id, "doc_id": f"{n}{i % 5}".ljust(32, "d"), "task_id": "t",
+                 "generation": 1, "position": i, "content": "x", "vector": np.ones(4, dtype=np.float32).tobytes()}
+                for i in range(50 if kb_name == "small" else 3000)
+            ]  # fmt: skip
+            for start in range(0, len(rows), 500):
+                ChunkRow.insert_many(rows[start : start + 500]).execute()
+        with unit() as db:
+            db.execute_sql("ANALYZE TABLE chunk, document")
+    small = ids.kb_id("default", "small")
+    with unit() as db:
+        cursor = db.execute_sql("EXPLAIN " + vectors.mysql_block_sql(small, "", 4096)[0], (small, "", 4096))
+        columns = [c[0] for c in cursor.description]
+        plan = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+    assert [(p["table"], p["key"], p["type"]) for p in plan] == [("chunk", "chunk_kb_id_id", "range")], plan
+    assert int(plan[0]["rows"]) < 200, plan  # the small kb's rows only, not the large one's
+    assert "filesort" not in plan[0]["Extra"] and "temporary" not in plan[0]["Extra"], plan  # index order
+    assert sum(len(i) for i, _ in vectors.vector_blocks(small, 4, block_rows=7)) == 50
+
+
+def test_k_over_the_cap_is_refused(settings, capsys):
+    with pytest.raises(ValueError, match="INGEST_SEARCH_MAX_K"):
+        search(settings.replace(search_max_k=10), "kb", "anything", k=11)
+    assert main(["search", "--kb", "kb", "x", "-k", "1001", *cli_args(settings)]) == 2
+    assert "-k 1001 is more than the cap of 1000" in capsys.readouterr().err
