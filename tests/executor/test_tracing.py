@@ -97,6 +97,52 @@ def test_without_opentelemetry_the_executor_needs_none_of_it():
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
+async def test_a_timed_out_task_span_is_an_error_that_says_it_was_stopped(xsettings, streams, db):
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    (tid,) = enqueue(streams, [task_spec("hang")])
+    traced = tracing.for_settings("auto", provider)  # a provider given: on, whatever is global
+    assert traced.enabled
+    async with running_daemon(xsettings.replace(task_timeout_s=0.5), tracing=traced):
+        await await_until(lambda: all_in([tid], FAILED), 10)
+    (task_span,) = [s for s in exporter.get_finished_spans() if s.name == "ingest.task.hang"]
+    assert task_span.attributes["ingest.task_id"] == tid
+    assert task_span.status.status_code == StatusCode.ERROR
+    assert task_span.status.description == "stopped: timed out"
+
+
+def test_console_mode_sets_up_a_provider_that_prints_spans_on_stdout():
+    """INGEST_TRACING=console: a global SDK provider of its own, spans printed as JSON (a child
+    process: the global provider is set once per process)."""
+    code = (
+        "from opentelemetry import trace\n"
+        "from executor import tracing\n"
+        "t = tracing.for_settings('console')\n"
+        "assert t.enabled\n"
+        "t.tracer.start_span('hello.console').end()\n"
+        "trace.get_tracer_provider().shutdown()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert '"name": "hello.console"' in out.stdout
+
+
+def test_otlp_mode_without_the_exporter_refuses_with_what_to_install():
+    code = (
+        "import sys\n"
+        "sys.modules['opentelemetry.exporter'] = None\n"  # as if opentelemetry-exporter-otlp were absent
+        "from opentelemetry import trace\n"
+        "from executor import tracing\n"
+        "try:\n    tracing.for_settings('otlp')\nexcept RuntimeError as exc:\n    print(exc)\n"
+        "else:\n    raise SystemExit('otlp started without its exporter')\n"
+        "assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)\n"  # nothing set up
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "INGEST_TRACING=otlp needs opentelemetry-exporter-otlp" in out.stdout
+
+
 class _CountingProvider(TracerProvider):
     """Counts the spans the SDK was asked to start (sampled or not)."""
 
