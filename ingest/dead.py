@@ -103,7 +103,7 @@ def _letter(entry_id: str, fields: dict[str, str], replayed: dict[str, str]) -> 
 def list_dead(settings: Settings, *, limit: int | None = None) -> list[DeadLetter]:
     """Every dead letter, oldest first (at most ``limit``)."""
     keys = Keys(settings.key_prefix)
-    client = connect(settings.redis_url)
+    client = connect(settings)
     try:
         replayed = client.hgetall(keys.dead_replayed)
         out: list[DeadLetter] = []
@@ -157,7 +157,7 @@ def replay(settings: Settings, entry_ids: Sequence[str] | None = None) -> Replay
         rows = _requeue(by_task, found, skipped)
     keys = Keys(settings.key_prefix)
     if rows:
-        client = connect(settings.redis_url)
+        client = connect(settings)
         try:
             stamp = now_ms()
             # a task that dies again gets a dead letter of its own
@@ -216,7 +216,7 @@ def purge(settings: Settings, older_than_s: float) -> PurgeResult:
         raise ValueError("--older-than must not be negative")
     keys = Keys(settings.key_prefix)
     cutoff = int(time.time() * 1000 - older_than_s * 1000)
-    client = connect(settings.redis_url)
+    client = connect(settings)
     try:
         removed = int(client.xtrim(keys.dead, minid=f"{max(0, cutoff)}-0", approximate=False))
         marks = [eid for eid in client.hkeys(keys.dead_replayed) if _ms_of(eid) < cutoff]
