@@ -1,6 +1,7 @@
 """Measures retrieval by chunk size, to choose ingest.chunking's DEFAULT_PARSER_CONFIG.
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/chunk_size.py [--sizes 64,96,128,160,192,254,512]
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/chunk_size.py --compare-query-encoders [--sizes 192]
 
 Corpus: the demo documents of ``examples/`` (PDF and DOCX made by ``scripts/make_samples.py``)
 and the licence texts in /usr/share/common-licenses as distractors. Each question has a known
@@ -10,6 +11,10 @@ themselves: long, similar legal texts. Reports recall@1/3/5, MRR over the top 10
 hit rate when the retrieved context is capped at 640 tokens (k = 640 // size): what a
 reader with a fixed prompt budget gets. Same parsers, chunker, model and ranking (``top_k``)
 as the executor and ``ingest search``.
+
+``--compare-query-encoders`` encodes the questions both ways a search can (sentence-transformers
+with torch, and the model's ONNX export: ``ingest.query_encoder``, made first if missing) and
+prints R@1 and MRR side by side, over the same chunk vectors; they must be equal (exit 1 if not).
 """
 
 from __future__ import annotations
@@ -242,10 +247,55 @@ def measure(
     return results
 
 
+def compare_query_encoders(sizes: list[int]) -> int:
+    """R@1 and MRR with the questions encoded through torch and through ONNX, side by side."""
+    from ingest.model_export import export_model
+    from ingest.query_encoder import query_encoder
+
+    settings = Settings.from_env(os.environ)
+    export = export_model(settings)  # "present" when it is there already
+    print(f"ONNX export: {export.state} in {export.export_dir}")
+    encoders = {"torch": load_embedder(settings.embedding_model)}
+    encoders["onnx"] = query_encoder(settings.replace(query_encoder="onnx"))
+    sets = {"demo": QUESTIONS, "licences": LICENCE_QUESTIONS, "all": QUESTIONS + LICENCE_QUESTIONS}
+    question_sets = {
+        f"{name}/{way}": (qs, encoder.encode([q for q, _, _ in qs]))
+        for name, qs in sets.items()
+        for way, encoder in encoders.items()
+    }
+    docs = corpus()
+    print(f"{len(docs)} documents, model {encoders['torch'].identity}, overlap 10 %\n")
+    print(
+        f"{'size':>5} {'set':>9} {'R@1 torch':>9} {'R@1 onnx':>9} {'MRR torch':>9} {'MRR onnx':>9} {'equal':>6}"
+    )
+    equal = True
+    for size in sizes:
+        row = measure(size, docs, settings.embedding_model, question_sets)
+        for name in sets:
+            t, o = row[f"{name}/torch"], row[f"{name}/onnx"]
+            same = all(t[m] == o[m] for m in ("recall@1", "recall@3", "recall@5", "mrr@10", "hit@budget"))
+            equal = equal and same
+            print(
+                f"{size:>5} {name:>9} {t['recall@1']:>9.3f} {o['recall@1']:>9.3f} {t['mrr@10']:>9.3f} "
+                f"{o['mrr@10']:>9.3f} {'yes' if same else 'NO':>6}"
+            )
+    return 0 if equal else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="64,96,128,160,192,254,512")
+    parser.add_argument(
+        "--sizes", default=None, help="chunk sizes (default 64,96,128,160,192,254,512; 192 to compare)"
+    )
+    parser.add_argument(
+        "--compare-query-encoders",
+        action="store_true",
+        help="R@1 and MRR with queries encoded by torch and ONNX",
+    )
     args = parser.parse_args(argv)
+    if args.compare_query_encoders:
+        return compare_query_encoders([int(s) for s in (args.sizes or "192").split(",")])
+    args.sizes = args.sizes or "64,96,128,160,192,254,512"
     model = Settings.from_env({}).embedding_model
     docs = corpus()
     embedder = load_embedder(model)

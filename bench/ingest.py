@@ -87,17 +87,17 @@ def drop_database(url: str) -> None:
         conn.close()
 
 
-def fresh_settings(base: Settings) -> Settings:
+def fresh_settings(base: Settings, db_name: str = DB_NAME, prefix: str = PREFIX) -> Settings:
     """The bench's own database (dropped and created again) and key prefix (emptied)."""
-    url = base.db_url.rsplit("/", 1)[0] + f"/{DB_NAME}"
-    settings = base.replace(db_url=url, key_prefix=PREFIX, stagger_s=0.0)
+    url = base.db_url.rsplit("/", 1)[0] + f"/{db_name}"
+    settings = base.replace(db_url=url, key_prefix=prefix, stagger_s=0.0)
     drop_database(url)
     client = connect(settings)
-    keys = list(client.scan_iter(match=f"{PREFIX}:*", count=1000))
+    keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
     if keys:
         client.delete(*keys)
     init_schema(settings.db_url)
-    Streams(client, Keys(PREFIX)).ensure_group()
+    Streams(client, Keys(prefix)).ensure_group()
     client.close()
     return settings
 

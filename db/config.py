@@ -2,13 +2,16 @@
 
 Nothing else in the project reads ``os.environ`` for its own behaviour. Each field has an
 environment variable (``INGEST_`` + the upper-cased field name, ``WS`` aside) and a default.
-Fields ending in ``_s`` hold seconds; :func:`parse_duration` also accepts ``100ms``, ``5s``,
+With neither ``INGEST_DB_URL`` nor ``INGEST_REDIS_URL`` set (nor given as a flag), the
+database is SQLite at ``{home}/ingest.db`` and Redis the embedded server on ``{home}/redis.sock``
+(:mod:`db.embedded`). Fields ending in ``_s`` hold seconds; :func:`parse_duration` also accepts ``100ms``, ``5s``,
 ``10m`` and ``3h`` (the executor's flags use it).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import socket
 from collections.abc import Mapping
@@ -64,6 +67,10 @@ def _default_model() -> str:
     except ImportError:  # pragma: no cover - the package is a dependency
         return "sentence-transformers/all-MiniLM-L6-v2"
     return str(get_model_path())
+
+
+def _default_home() -> str:
+    return os.path.join(os.path.expanduser("~"), ".local", "share", "ingest")
 
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -154,6 +161,17 @@ class Settings:
     max_chunk_chars: int = field(default=20000, metadata={"help": "characters one chunk may hold"})
     embedding_model: str = field(default_factory=_default_model, metadata={"help": "model path or name"})
     embedding_batch: int = field(default=32, metadata={"help": "chunks per encode call"})
+    home: str = field(
+        default_factory=_default_home,
+        metadata={
+            "help": "data directory of this host: the model's ONNX export (ingest model export) and, with no "
+            "database URL and no Redis URL configured, the SQLite database and the embedded Redis"
+        },
+    )
+    query_encoder: str = field(
+        default="auto",
+        metadata={"help": "how searches embed a query: auto (ONNX export, else torch), onnx or torch"},
+    )
     max_tasks_per_child: int = field(default=0, metadata={"help": "recycle after N tasks (0 off)"})
     max_rss_mb: int = field(default=0, metadata={"help": "recycle above this RSS (0 off)"})
     reconcile_grace_s: float = field(
@@ -169,6 +187,10 @@ class Settings:
     tracing: str = field(
         default="auto",
         metadata={"help": "OpenTelemetry spans: auto (a configured provider), otlp, console or off"},
+    )
+    trace_ratio: float = field(
+        default=1.0,
+        metadata={"help": "fraction of tasks traced, chosen by task id before the SDK runs (0 to 1)"},
     )
     extra_handlers: str = field(
         default="",
@@ -242,6 +264,12 @@ class Settings:
         for name, value in overrides.items():
             if value is not None:
                 values[name] = value
+        values["home"] = os.path.expanduser(str(values.get("home") or _default_home()))
+        if "db_url" not in values and "redis_url" not in values:  # the embedded default
+            values["db_url"] = f"sqlite:///{values['home']}/ingest.db"
+            from db.embedded import embedded_url
+
+            values["redis_url"] = embedded_url(values["home"])
         settings = cls(**values)
         settings.validate()
         return settings
@@ -265,6 +293,10 @@ class Settings:
             raise ValueError("log_format must be plain or json")
         if self.tracing not in ("auto", "otlp", "console", "off"):
             raise ValueError("tracing must be auto, otlp, console or off")
+        if self.query_encoder not in ("auto", "onnx", "torch"):
+            raise ValueError("query_encoder must be auto, onnx or torch")
+        if not 0.0 <= self.trace_ratio <= 1.0:
+            raise ValueError("trace_ratio must be between 0 and 1")
         if self.pages_per_task < 1:
             raise ValueError("pages_per_task must be at least 1")
         for name in ("tenant_max_running", "tenant_max_queued", "tenant_max_docs"):
@@ -274,6 +306,13 @@ class Settings:
             raise ValueError("task_retention_s must be 0 (keep forever) or more")
         if self.results_ttl_s <= 0 or self.result_removal_delay_s <= 0:
             raise ValueError("results_ttl_s and result_removal_delay_s must be positive")
+
+    @property
+    def embedded(self) -> bool:
+        """Whether Redis is the embedded server under ``home`` (:mod:`db.embedded`)."""
+        from db.embedded import is_embedded
+
+        return is_embedded(self.redis_url, self.home)
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
@@ -306,6 +345,29 @@ def url_with_password(url: str, password: str) -> str:
     info, host = (rest[:at], rest[at + 1 :]) if at >= 0 else ("root", rest)
     user = info.partition(":")[0]
     return f"{scheme}://{user}:{quote(password, safe='')}@{host}"
+
+
+def setting_sources(environ: Mapping[str, str], **overrides: Any) -> list[dict[str, Any]]:
+    """Each setting in effect (as :meth:`Settings.from_env` builds them) with where it came
+    from: ``flag`` (an override given), ``environment`` (its ``INGEST_*`` variable) or
+    ``default``; secrets redacted (URLs by :func:`redact_url`, keys as ``***``)."""
+    settings = Settings.from_env(environ, **overrides)
+    rows = []
+    for f in dataclasses.fields(Settings):
+        env = Settings.env_name(f.name)
+        if overrides.get(f.name) is not None:
+            source = "flag"
+        elif environ.get(env) not in (None, ""):
+            source = "environment"
+        else:
+            source = "default"
+        value = getattr(settings, f.name)
+        if f.name.endswith("_url"):
+            value = redact_url(value)
+        elif not f.repr:  # a secret: say whether it is set, never what it is
+            value = "***" if value else ""
+        rows.append({"name": f.name, "env": env, "value": value, "source": source, "help": f.metadata.get("help", "")})
+    return rows
 
 
 def _convert(f: dataclasses.Field[Any], raw: str) -> Any:

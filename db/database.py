@@ -26,7 +26,7 @@ _init_lock = threading.Lock()
 _current_url: str | None = None
 
 # Errors that mean "the database was unreachable or the connection broke": retry, don't fail.
-RETRYABLE_DB_ERRORS: tuple[type[BaseException], ...] = (peewee.OperationalError, peewee.InterfaceError)
+RETRYABLE_DB_ERRORS: tuple[type[Exception], ...] = (peewee.OperationalError, peewee.InterfaceError)
 
 # A database name from a URL: these characters only, at most 64 (MySQL's limit); always backquoted.
 _DATABASE_NAME = re.compile(r"[A-Za-z0-9_$-]{1,64}")

@@ -23,7 +23,7 @@ server's (``TIME``), so executors' clocks do not matter. See ``shared/FAIRNESS.m
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -263,7 +263,7 @@ class Gate:
 
     def tenants_at_gate(self) -> list[str]:
         """Tenants the gate knows now: ready at some priority or parked."""
-        names: set[str] = set(self.client.zrange(self.keys.parked, 0, -1))
+        names: set[str] = set(cast("list[str]", self.client.zrange(self.keys.parked, 0, -1)))
         for p in PRIORITIES:
-            names.update(self.client.zrange(self.keys.ready(p), 0, -1))
+            names.update(cast("list[str]", self.client.zrange(self.keys.ready(p), 0, -1)))
         return sorted(names)

@@ -108,6 +108,9 @@ class Document(BaseModel):
 
     class Meta:
         table_name = "document"
+        # (kb_id, create_time) and (tenant_id, create_time): the dashboard's pages of a knowledge
+        # base's or a tenant's documents, newest first, by keyset (InnoDB appends the id)
+        indexes = ((("kb_id", "create_time"), False), (("tenant_id", "create_time"), False))
 
 
 class DocumentBlob(BaseModel):
@@ -157,12 +160,16 @@ class Task(BaseModel):
         # ``ingest prune``'s finished rows older than a cutoff (InnoDB appends the id, so the
         # reconciler's (update_time, id) keyset needs no sort); (task_type, status): ``ingest
         # status``'s counts, read from the index alone; (doc_id, generation): a document's
-        # current tasks (``ingest status DOC``, every recompute).
+        # current tasks (``ingest status DOC``, every recompute); (tenant_id | kb_id,
+        # create_time): the dashboard's keyset pages.
         indexes = (
             (("tenant_id", "status"), False),
             (("status", "update_time"), False),
             (("task_type", "status"), False),
             (("doc_id", "generation"), False),
+            # the dashboard's pages of a tenant's or a knowledge base's tasks, newest first
+            (("tenant_id", "create_time"), False),
+            (("kb_id", "create_time"), False),
         )
 
 

@@ -170,6 +170,8 @@ def connect(
     spec = RedisTarget.of(target)
     spec.check()
     kwargs: dict[str, Any] = {**CLIENT_OPTIONS, "retry_on_timeout": False, **options}
+    if spec.scheme == "unix":
+        kwargs.pop("socket_keepalive", None)  # a unix socket takes no TCP keepalive
     if not retries:
         kwargs["retry"] = Retry(NoBackoff(), 0)
     kwargs.update(spec.auth_options())

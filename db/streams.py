@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import redis
@@ -33,7 +33,7 @@ from db.keys import DEFAULT_TENANT, REQUEUE_TTL_S, Keys, check_tenant
 from db.redis_client import connect  # noqa: F401  (re-exported: callers import it from here)
 
 # Errors that mean "Redis is unreachable or restarting": back off and retry, don't fail.
-RETRYABLE_REDIS_ERRORS: tuple[type[BaseException], ...] = (
+RETRYABLE_REDIS_ERRORS: tuple[type[Exception], ...] = (
     redis.ConnectionError,
     redis.TimeoutError,
     redis.exceptions.BusyLoadingError,
@@ -331,7 +331,7 @@ class Streams:
 
     def queue_product(self, message: Mapping[str, Any]) -> str | None:
         """Publish one message (guarded by the task's published key) and wake the fleet."""
-        return self._publish_one(message, wake=True, client=self.client)
+        return cast("str | None", self._publish_one(message, wake=True, client=self.client))
 
     def _publish_one(self, msg: Mapping[str, Any], *, wake: bool, client: Any, requeue: bool = False) -> Any:
         priority = int(msg.get("priority", 0))
@@ -378,7 +378,7 @@ class Streams:
         """If the entry is still ours: ack it, delete it, free its slot and publish ``message``
         afresh at the back of its tenant's backlog."""
         task_id = str(message["id"])
-        return self._hand_back(
+        return self._hand_back(  # type: ignore[no-any-return]  # a Lua script: the entry id or nil
             keys=[stream, self.keys.published(task_id)],
             args=[
                 self.keys.group,

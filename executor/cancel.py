@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import cast
 
+import redis
 import trio
 
 from db.database import RETRYABLE_DB_ERRORS
@@ -30,7 +32,7 @@ def read_rows(ids: list[str]) -> dict[str, tuple[str, int]]:
 class CancelWatcher:
     """One MGET of the running tasks' cancel keys per poll; a row check every few seconds."""
 
-    def __init__(self, book: Book, limiters: Limiters, client: object, keys: Keys) -> None:
+    def __init__(self, book: Book, limiters: Limiters, client: redis.Redis, keys: Keys) -> None:
         self.book = book
         self.limiters = limiters
         self.client = client
@@ -52,7 +54,7 @@ class CancelWatcher:
         ids = list(attempts)
         names = [self.keys.cancel(t) for t in ids]
         try:
-            values = await self.limiters.redis(self.client.mget, names)  # type: ignore[attr-defined]
+            values = cast("list[str | None]", await self.limiters.redis(self.client.mget, names))  # decoded
         except RETRYABLE_REDIS_ERRORS:
             return  # the read loop reports outages
         for tid, value in zip(ids, values, strict=True):

@@ -109,11 +109,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if delay:
         log.info("staggered start: waiting %.2f s", delay)
         time.sleep(delay)
+    from db.embedded import held
     from executor.daemon import Daemon
     from executor.heartbeat import NameInUse
 
     try:
-        trio.run(Daemon(settings, consumer, handle_signals=True).run)
+        with held(settings.redis_url, settings.home):  # the embedded Redis lives while this runs
+            trio.run(Daemon(settings, consumer, handle_signals=True).run)
     except NameInUse as exc:
         log.error("refusing to start: %s", exc)
         return EXIT_NAME_IN_USE

@@ -237,7 +237,7 @@ class Collector:
             return
         assert plan is not None and (state == "committed" or error is not None)
         if state == "failed":
-            self.db_outage.failed(error)  # type: ignore[arg-type]
+            self.db_outage.failed(error)  # type: ignore[arg-type]  # "failed" comes with its error (assert above)
             log.warning("claim commit failed after its runs started; stopping %d run(s)", len(plan.claimed))
             for claimed in plan.claimed:  # each lost run gives its entry up when it ends
                 self.book.stop(claimed.task_id, STOP_LOST, claimed.attempt)

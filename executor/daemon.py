@@ -88,7 +88,7 @@ class Daemon:
         self.metrics = metrics_for(settings.metrics_port, consumer)
         self.redis_outage.on_failure = self.metrics.redis_disruption
         self.db_outage.on_failure = self.metrics.db_disruption
-        self.tracing = tracing or tracing_for(settings.tracing)
+        self.tracing = tracing or tracing_for(settings.tracing, ratio=settings.trace_ratio)
         self.health = Health(consumer, settings)
         self.draining = False
         self._stop = trio.Event()

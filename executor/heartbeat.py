@@ -185,7 +185,7 @@ class Heartbeat:
                 return
 
 
-def _loads(text: str) -> dict[str, Any]:
+def _loads(text: str | bytes) -> dict[str, Any]:
     try:
         info = orjson.loads(text)
     except orjson.JSONDecodeError:

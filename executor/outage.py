@@ -37,7 +37,7 @@ class Outage:
             self.outages += 1
             log.warning("%s unreachable, backing off: %s", self.service, _short(exc))
         self.failures += 1
-        delay = min(self.cap_s, self.base_s * 2 ** min(self.failures - 1, 10))
+        delay: float = min(self.cap_s, self.base_s * 2 ** min(self.failures - 1, 10))
         return delay * random.uniform(0.5, 1.0)
 
     async def backoff(self, exc: BaseException) -> None:

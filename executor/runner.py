@@ -36,7 +36,8 @@ class RetryPolicy:
     cap_s: float = 30.0
 
     def delay_s(self, retry: int) -> float:
-        return min(self.cap_s, self.base_s * 2 ** (retry - 1)) * random.uniform(0.5, 1.0)
+        backoff: float = min(self.cap_s, self.base_s * 2 ** (retry - 1))  # int ** int reads as Any
+        return backoff * random.uniform(0.5, 1.0)
 
 
 @dataclass

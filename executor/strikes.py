@@ -118,7 +118,7 @@ class StrikeBook:
         while True:
             await trio.sleep(CHECK_S)
             try:
-                version = await self._read_version()
+                version: int | None = await self._read_version()
             except RETRYABLE_REDIS_ERRORS as exc:
                 self.redis_outage.failed(exc)
                 continue

@@ -14,6 +14,12 @@ span recorded, the SDK costs some 25-45 µs of CPU a task here (``bench.dispatch
   printed on stdout, to try it out;
 - ``off``: opentelemetry is never imported.
 
+``INGEST_TRACE_RATIO`` (default 1) traces that fraction of tasks, chosen from the task id
+(xxhash64 of it against the ratio, so every attempt of a task is traced or none is) before any of
+the SDK runs: an unsampled task costs one hash and gets the shared null context, its attributes
+never built, no span started. Leave the SDK's own sampler at its default (``parentbased_always_on``)
+when using it; a ratio there as well would multiply the two.
+
 Without opentelemetry installed, nothing of it is imported, and each task costs one call that
 returns a shared null context manager.
 """
@@ -26,6 +32,8 @@ import logging
 from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any
+
+import xxhash
 
 log = logging.getLogger("executor.tracing")
 
@@ -48,7 +56,10 @@ def span(name: str, **attributes: Any) -> contextlib.AbstractContextManager[Any]
     tracer = _current.get()
     if tracer is None:
         return _NULL
-    return tracer.start_as_current_span(name, attributes=attributes or None)
+    started: contextlib.AbstractContextManager[Any] = tracer.start_as_current_span(
+        name, attributes=attributes or None
+    )
+    return started
 
 
 def record_span(name: str, start_s: float, end_s: float, **attributes: Any) -> None:
@@ -71,12 +82,23 @@ class NoTracing:
 NO_TRACING = NoTracing()
 
 
+_HASH_SPACE = 2**64
+
+
+def sampled(task_id: str, ratio: float) -> bool:
+    """Whether a task of this id is traced at ``ratio`` (the same answer for every attempt)."""
+    if ratio >= 1.0:
+        return True
+    return xxhash.xxh64_intdigest(task_id.encode()) < ratio * _HASH_SPACE
+
+
 class Tracing:
-    """Task spans from one tracer provider (the global one unless given)."""
+    """Task spans from one tracer provider (the global one unless given), for ``ratio`` of tasks."""
 
     enabled = True
 
-    def __init__(self, provider: Any = None) -> None:
+    def __init__(self, provider: Any = None, ratio: float = 1.0) -> None:
+        self.ratio = ratio
         from opentelemetry import context, trace
         from opentelemetry.trace import Status, StatusCode
 
@@ -84,10 +106,16 @@ class Tracing:
         self._ok, self._status, self._error = Status(StatusCode.OK), Status, StatusCode.ERROR
         self.tracer = (provider or trace.get_tracer_provider()).get_tracer(TRACER_NAME)
 
-    @contextlib.contextmanager
-    def task(self, run: Any, consumer: str) -> Iterator[Any]:
+    def task(self, run: Any, consumer: str) -> contextlib.AbstractContextManager[Any]:
         """A running task's span (``executor.book.Running``), current for the block and for
-        :func:`span` in its handler; a cancelled block says why (``run.stop_reason``)."""
+        :func:`span` in its handler; a cancelled block says why (``run.stop_reason``). A task the
+        ratio leaves out gets the shared null context: nothing of the SDK runs for it."""
+        if self.ratio < 1.0 and not sampled(run.claimed.task_id, self.ratio):
+            return _NULL
+        return self._span(run, consumer)
+
+    @contextlib.contextmanager
+    def _span(self, run: Any, consumer: str) -> Iterator[Any]:
         claimed = run.claimed
         row = claimed.row
         attributes = {
@@ -118,24 +146,25 @@ class Tracing:
             s.end()
 
 
-def for_settings(mode: str, provider: Any = None) -> Tracing | NoTracing:
+def for_settings(mode: str, provider: Any = None, ratio: float = 1.0) -> Tracing | NoTracing:
     """The daemon's tracing: on when ``mode`` is not ``off``, OpenTelemetry is installed, and a
-    provider is given or configured globally (``auto``) or set up here (``otlp``, ``console``)."""
-    if mode == "off":
+    provider is given or configured globally (``auto``) or set up here (``otlp``, ``console``);
+    ``ratio`` of the tasks traced (none at 0: nothing is imported then either)."""
+    if mode == "off" or ratio <= 0.0:
         return NO_TRACING
     if not installed():
         if mode == "auto":
             return NO_TRACING
         raise RuntimeError(f"INGEST_TRACING={mode} needs the otel extra: pip install 'ingest-executor[otel]'")
     if provider is not None:
-        return Tracing(provider)
+        return Tracing(provider, ratio)
     from opentelemetry import trace
 
     if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         if mode == "auto":
             return NO_TRACING  # nobody configured a provider: spans would go nowhere
         setup_provider(mode)
-    return Tracing()
+    return Tracing(ratio=ratio)
 
 
 def setup_provider(mode: str) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -82,7 +82,7 @@ def _letter(entry_id: str, fields: dict[str, str], replayed: dict[str, str]) -> 
     when = None
     if mark:
         try:
-            when = _int(orjson.loads(mark).get("time"), None)  # type: ignore[arg-type]
+            when = _int(orjson.loads(mark).get("time"), None)  # type: ignore[arg-type]  # None: a mark without a time
         except (orjson.JSONDecodeError, AttributeError):
             when = 0
     message = fields.get("message", "")
@@ -105,16 +105,28 @@ def list_dead(settings: Settings, *, limit: int | None = None) -> list[DeadLette
     keys = Keys(settings.key_prefix)
     client = connect(settings)
     try:
-        replayed = client.hgetall(keys.dead_replayed)
+        replayed = cast("dict[str, str]", client.hgetall(keys.dead_replayed))  # decoded replies
         out: list[DeadLetter] = []
         low = "-"
         while limit is None or len(out) < limit:
-            page = client.xrange(keys.dead, low, "+", count=PAGE)
+            page = cast("list[tuple[str, dict[str, str]]]", client.xrange(keys.dead, low, "+", count=PAGE))
             out += [_letter(eid, fields, replayed) for eid, fields in page]
             if len(page) < PAGE:
                 break
             low = f"({page[-1][0]}"
         return out[:limit] if limit is not None else out
+    finally:
+        client.close()
+
+
+def recent_dead(settings: Settings, limit: int) -> list[DeadLetter]:
+    """The newest ``limit`` dead letters, newest first (the dashboard's page)."""
+    keys = Keys(settings.key_prefix)
+    client = connect(settings)
+    try:
+        replayed = cast("dict[str, str]", client.hgetall(keys.dead_replayed))  # decoded replies
+        page = cast("list[tuple[str, dict[str, str]]]", client.xrevrange(keys.dead, count=limit))
+        return [_letter(eid, fields, replayed) for eid, fields in page]
     finally:
         client.close()
 
@@ -180,7 +192,9 @@ def replay(settings: Settings, entry_ids: Sequence[str] | None = None) -> Replay
 
 
 def _found(ids: list[str]) -> dict[str, dict[str, Any]]:
-    return {r["id"]: r for r in Task.select(Task.id, Task.doc_id, Task.status).where(Task.id.in_(ids)).dicts()}
+    return {
+        r["id"]: r for r in Task.select(Task.id, Task.doc_id, Task.status).where(Task.id.in_(ids)).dicts()
+    }
 
 
 def _requeue(
@@ -219,10 +233,11 @@ def purge(settings: Settings, older_than_s: float) -> PurgeResult:
     client = connect(settings)
     try:
         removed = int(client.xtrim(keys.dead, minid=f"{max(0, cutoff)}-0", approximate=False))
-        marks = [eid for eid in client.hkeys(keys.dead_replayed) if _ms_of(eid) < cutoff]
+        marks = [eid for eid in cast("list[str]", client.hkeys(keys.dead_replayed)) if _ms_of(eid) < cutoff]
         for start in range(0, len(marks), PAGE):
             client.hdel(keys.dead_replayed, *marks[start : start + PAGE])
-        gone = [t for t, eid in client.hgetall(keys.dead_tasks).items() if _ms_of(eid) < cutoff]
+        tasks = cast("dict[str, str]", client.hgetall(keys.dead_tasks))  # decoded replies
+        gone = [t for t, eid in tasks.items() if _ms_of(eid) < cutoff]
         for start in range(0, len(gone), PAGE):
             client.hdel(keys.dead_tasks, *gone[start : start + PAGE])
     finally:

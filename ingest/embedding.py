@@ -167,9 +167,9 @@ class EmbeddingService:
         """The loaded model (loaded in a thread under the embed limiter the first time)."""
         if self._embedder is None:
             loaded = _embedders.get(self.model) if self._loader is load_embedder else None
-            self._embedder = loaded or await trio.to_thread.run_sync(
-                self._loader, self.model, limiter=self._limiter
-            )
+            if loaded is None:
+                loaded = await trio.to_thread.run_sync(self._loader, self.model, limiter=self._limiter)
+            self._embedder = loaded
         return self._embedder
 
     async def dimension(self) -> int:

@@ -15,7 +15,9 @@
     ├── LimitExceeded    a submit a tenant's limit refuses, before anything is written
     │   ├── TenantQueueFull     more unfinished tasks than ``max_queued``
     │   └── SubmissionTooLarge  more documents in one submission than ``max_docs``
-    └── NotFound         an id or knowledge base that does not exist (also a LookupError)
+    ├── NotFound         an id or knowledge base that does not exist (also a LookupError)
+    └── InvalidInput     an argument outside the contract (also a ValueError): a bad name,
+                         priority, tenant or task field; raised by :class:`ingest.Client`
 
 ``is_retryable`` also recognises the database's and Redis's own connection errors.
 """
@@ -133,6 +135,12 @@ class SubmissionTooLarge(LimitExceeded):
 
 class NotFound(IngestError, LookupError):
     """A task, document or knowledge base that does not exist."""
+
+
+class InvalidInput(IngestError, ValueError):
+    """An argument outside the contract (a bad knowledge-base name, priority, tenant id, task
+    field): nothing was written. The domain raises ``ValueError``; :class:`ingest.Client`
+    raises this (a ``ValueError`` too, so either catch holds)."""
 
 
 def is_retryable(exc: BaseException) -> bool:

@@ -32,6 +32,7 @@ ROLES = ("user", "assistant", "system", "tool")
 MAX_MEMORY_ID_CHARS = 64
 MAX_SOURCE_ID_CHARS = 128
 MAX_CONTENT_CHARS = 1_000_000
+BATCH = 1000  # rows removed per transaction
 BLOCK_ROWS = 4096
 
 
@@ -238,6 +239,26 @@ def conversation(settings: Settings, memory_id: str, *, tenant_id: str = "defaul
         return list(query.dicts())
 
 
+def remove_memory(
+    settings: Settings, memory_id: str, *, tenant_id: str = "default", source_id: str | None = None
+) -> int:
+    """Remove ``tenant_id``'s memory ``memory_id`` (every message; with ``source_id``, that one
+    message); returns how many rows went. Messages still queued are stored when they run."""
+    init_database(settings.db_url)
+    where = (MemoryMessage.memory_id == memory_id) & (MemoryMessage.tenant_id == tenant_id)
+    if source_id is not None:
+        where &= MemoryMessage.source_id == source_id
+    removed = 0
+    while True:  # in batches, each its own transaction: a long conversation holds no long lock
+        with unit():
+            batch = [i for (i,) in MemoryMessage.select(MemoryMessage.id).where(where).limit(BATCH).tuples()]
+            if batch:
+                MemoryMessage.delete().where(MemoryMessage.id.in_(batch)).execute()
+        removed += len(batch)
+        if len(batch) < BATCH:
+            return removed
+
+
 def vector_blocks(
     memory_id: str, dim: int, block_rows: int = BLOCK_ROWS, tenant_id: str = "default"
 ) -> Iterator[tuple[list[str], np.ndarray]]:
@@ -261,13 +282,13 @@ def search_memory(
     tenant_id: str = "default",
 ) -> list[MemoryHit]:
     """The ``k`` messages of ``tenant_id``'s memory ``memory_id`` closest to ``query``, best first."""
-    from ingest.embedding import load_embedder
+    from ingest.query_encoder import query_encoder
     from ingest.search import top_k
 
     if k <= 0:
         return []
     init_database(settings.db_url)
-    embedder = load_embedder(settings.embedding_model)
+    embedder = query_encoder(settings)
     query_vector = embedder.encode([query])[0]
     top = top_k(vector_blocks(memory_id, embedder.dim, block_rows, tenant_id), query_vector, k)
     if not top:

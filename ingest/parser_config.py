@@ -6,16 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-try:
-    from ingest.chunking import DEFAULT_PARSER_CONFIG
-except ModuleNotFoundError as exc:  # only while the chunker is not in this tree at all
-    if exc.name != "ingest.chunking":
-        raise
-    DEFAULT_PARSER_CONFIG: dict[str, Any] = {  # type: ignore[no-redef]
-        "chunk_token_num": 128,
-        "delimiter": "\n!?。；！？",
-        "overlap_percent": 10,
-    }
+from ingest.chunking import DEFAULT_PARSER_CONFIG
 
 __all__ = ["DEFAULT_PARSER_CONFIG", "document_config", "new_kb_config"]
 

@@ -236,7 +236,8 @@ def _html_text(root: Any) -> str:
     200,000 nested elements are neither quadratic nor a recursion): dropped elements and
     comments left out, whitespace collapsed outside ``<pre>``, ``<br>`` a line break, a cell
     followed by ``" | "``, a block element on lines of its own."""
-    from bs4 import CData, Comment, Declaration, Doctype, NavigableString, ProcessingInstruction, Tag
+    from bs4 import CData, Comment, Declaration, Doctype, ProcessingInstruction, Tag
+    from bs4.element import NavigableString
 
     skipped = (Comment, Declaration, Doctype, ProcessingInstruction)
     kept_in_pre = (NavigableString, CData)  # what get_text() keeps of a string left as parsed

@@ -683,7 +683,7 @@ def enqueue_tasks(settings: Settings, tasks: Sequence[Mapping[str, Any]]) -> lis
     for r in rows:
         check_tenant(r["tenant_id"])
         by_tenant[r["tenant_id"]] = by_tenant.get(r["tenant_id"], 0) + 1
-    limits = {t: tenants.precheck_queue(settings, t, lambda n=n: n) for t, n in sorted(by_tenant.items())}
+    limits = {t: tenants.precheck_queue(settings, t, lambda n=n: n) for t, n in sorted(by_tenant.items())}  # type: ignore[misc]  # mypy infers no lambda with a default (binds each n)
     for t, lim in limits.items():
         if lim.max_queued:
             tenants.ensure_row(t)

@@ -4,7 +4,8 @@ Only chunks of each document's current generation count. Vectors are read in blo
 pagination by chunk id, :data:`BLOCK_ROWS` rows a block) and scored with one matrix product
 per block while a running top-k is kept, so memory stays bounded however large the knowledge
 base grows; texts and names are read for the final top-k only. The query is embedded by the
-same model, loaded in the calling process.
+same model in the calling process, through its ONNX export when there is one
+(:mod:`ingest.query_encoder`: no torch), else through sentence-transformers.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from db.config import Settings
 from db.database import connection, init_database
 from db.models import Chunk as ChunkRow
 from db.models import Document, KnowledgeBase
-from ingest.embedding import load_embedder
 from ingest.errors import NotFound, PermanentError
 from ingest.ids import kb_id as kb_id_of
+from ingest.query_encoder import query_encoder
 
 BLOCK_ROWS = 4096
 
@@ -55,7 +56,7 @@ def search(
         raise NotFound(f"no knowledge base named {kb_name!r} (tenant {tenant_id!r})")
     if not kb.embedding_dim:
         return []  # nothing embedded yet
-    embedder = load_embedder(settings.embedding_model)
+    embedder = query_encoder(settings)
     if embedder.dim != kb.embedding_dim or (kb.embedding_model and kb.embedding_model != embedder.identity):
         raise PermanentError(
             f"knowledge base {kb_name!r} was embedded with {kb.embedding_model} (dimension "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import peewee
@@ -18,7 +18,7 @@ from db.config import Settings
 from db.database import connection, init_database
 from db.gate import Gate
 from db.keys import PRIORITIES, Keys
-from db.models import TASK_STATES, Document, KnowledgeBase, Task
+from db.models import TASK_STATES, TERMINAL_STATES, Document, KnowledgeBase, Task
 from db.streams import connect
 from ingest.errors import NotFound
 
@@ -72,7 +72,7 @@ def redis_summary(settings: Settings) -> dict[str, Any]:
             waiting = sum(int(n) for n in pipe.execute()) if tenants else 0
             streams[stream] = {"length": length, "pending": pending, "waiting": waiting}
         executors = sum(1 for _ in client.scan_iter(match=keys.executor_pattern, count=1000))
-        stats = {k: _number(v) for k, v in client.hgetall(keys.stats).items()}
+        stats = {k: _number(v) for k, v in cast("dict[str, str]", client.hgetall(keys.stats)).items()}
         return {
             "streams": streams,
             "dead_letters": int(client.xlen(keys.dead)),
@@ -139,6 +139,38 @@ def describe(settings: Settings, id_: str, *, tenant_id: str | None = None) -> d
     }
 
 
+# -- following one task or document (the HTTP watch, the client's watch) ------------------
+
+DOCUMENT_ENDS = ("done", "failed", "cancelled")
+
+
+def slim(state: dict[str, Any]) -> dict[str, Any]:
+    """A described task or document without its chunk id list (it can be long)."""
+    if state.get("kind") == "task":
+        task = {k: v for k, v in state["task"].items() if k != "chunk_ids"}
+        return {**state, "task": task}
+    return state
+
+
+def is_terminal(state: dict[str, Any]) -> bool:
+    if state["kind"] == "task":
+        return state["task"]["status"] in TERMINAL_STATES
+    return state["document"]["run"] in DOCUMENT_ENDS
+
+
+def fingerprint(state: dict[str, Any]) -> tuple[Any, ...]:
+    if state["kind"] == "task":
+        t = state["task"]
+        return (t["status"], t["progress"], t["progress_msg"])
+    d = state["document"]
+    tasks = tuple((t["id"], t["status"], t["progress"]) for t in state.get("tasks", ()))
+    return (d["run"], d["progress"], d["progress_msg"], d["generation"], tasks)
+
+
+def end_status(state: dict[str, Any]) -> str:
+    return str(state["task"]["status"] if state["kind"] == "task" else state["document"]["run"])
+
+
 def fleet(settings: Settings) -> list[dict[str, Any]]:
     """Every live executor's heartbeat (``executor:{consumer}``), with ``age_s`` added."""
     keys = Keys(settings.key_prefix)
@@ -168,11 +200,23 @@ def fleet(settings: Settings) -> list[dict[str, Any]]:
     return beats
 
 
+def health_text(health: Any) -> str:
+    """A heartbeat's health verdict: ``ok``, or the reasons it is not (as the health check says),
+    and what its ports had to shed (``warnings``)."""
+    if not isinstance(health, dict):
+        return ""
+    warnings = "; ".join(str(w) for w in health.get("warnings") or [])
+    if health.get("ok"):
+        return f"ok (warning: {warnings})" if warnings else "ok"
+    reasons = "; ".join(str(r) for r in health.get("reasons") or [])
+    return f"unhealthy: {reasons}" if reasons else "unhealthy"
+
+
 def _stale_health(beat: dict[str, Any], heartbeat_s: float) -> None:
     """A heartbeat three periods old is itself a verdict: its event loop or its Redis is stuck."""
     age = beat.get("age_s")
     if isinstance(age, float) and age > STALE_PERIODS * heartbeat_s:
-        health = beat.get("health") if isinstance(beat.get("health"), dict) else {}
+        health = given if isinstance(given := beat.get("health"), dict) else {}
         reasons = [f"heartbeat {age:.0f} s old", *(health.get("reasons") or [])]
         beat["health"] = {**health, "ok": False, "reasons": reasons}
 

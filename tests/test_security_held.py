@@ -156,7 +156,7 @@ def test_an_acl_user_runs_a_submit_and_a_real_task_and_its_password_is_shown_now
         redis_url=url, metrics_port=metrics_port, healthcheck_port=health_port, log_format="json"
     )
     args = ["--db-url", s.db_url, "--redis-url", url, "--key-prefix", s.key_prefix]
-    assert main(["init", *args]) == 0
+    assert main(["init", "--skip-model-export", *args]) == 0
     (tmp_path / "bees.txt").write_text("The queen bee lays the eggs of the hive. " * 20)
     with ExecutorProcess(s, "host_1", tmp_path / "x.log") as proc:
         proc.wait_ready(60)

@@ -1,7 +1,8 @@
 """The ASGI application: ``create_app(settings)``, and ``app`` for hypercorn's worker processes.
 
-``create_app`` wires the routes, the error handlers, the body-size cap and the lifespan (the
-watchers' hub runs in the lifespan's nursery). ``app`` builds its application from the
+``create_app`` wires the routes, the dashboard (``/dashboard``), the error handlers, the
+body-size cap and the lifespan (the watchers' hub and the dashboard's history sampler run in the
+lifespan's nursery). ``app`` builds its application from the
 environment (``Settings.from_env``) on its first call, so importing this module reads nothing
 and loads no model.
 """
@@ -18,7 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from db.config import Settings
-from ingest.api import errors, query, routes, service, submit
+from ingest.api import dashboard, errors, query, routes, service, submit
 from ingest.api.auth import KeyRing
 from ingest.api.hub import Hub
 from ingest.api.runtime import Runtime
@@ -48,11 +49,13 @@ def create_app(settings: Settings) -> FastAPI:
     runtime = Runtime.create(settings)
     keyring = KeyRing(settings)
     hub = Hub(runtime)
+    history = dashboard.History()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with trio.open_nursery() as nursery:
             await nursery.start(hub.run)
+            nursery.start_soon(history.sample_forever, runtime)
             try:
                 yield
             finally:
@@ -70,6 +73,7 @@ def create_app(settings: Settings) -> FastAPI:
     for module in (submit, routes, query, service):
         app.include_router(module.router)
     errors.install(app)
+    dashboard.install(app, hub, history)
     app.add_middleware(ContentLengthCap, max_bytes=settings.api_max_request_bytes)
     return app
 

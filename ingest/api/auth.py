@@ -65,7 +65,7 @@ class KeyRing:
             raise HTTPException(401, "the Authorization header is not 'Bearer KEY'", _CHALLENGE)
         return key.strip()
 
-    def _identify(self, key: str) -> tuple[str | None, bool]:
+    def identify(self, key: str) -> tuple[str | None, bool]:
         """(tenant of the key or None, is the admin key); every key is compared."""
         admin = bool(self.admin_key) and _same(key, self.admin_key)
         tenant = None
@@ -81,7 +81,7 @@ class KeyRing:
             if self.required:
                 raise HTTPException(401, "an API key is required: Authorization: Bearer KEY", _CHALLENGE)
             return Caller(_tenant(named or DEFAULT_TENANT))
-        tenant, admin = self._identify(key)
+        tenant, admin = self.identify(key)
         if admin:
             return Caller(_tenant(named or DEFAULT_TENANT), admin=True)
         if tenant is None:

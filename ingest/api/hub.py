@@ -7,7 +7,8 @@ missed between the read and the subscription), and is woken when a completion ev
 task or document (at once) or when the poller sees the rows change (every ``POLL_S``). A wake-up
 carries nothing: the watcher reads its row again. The subscriber is a thread running redis-py's
 pubsub loop: it reconnects with a 1 to 30 s backoff and PINGs every ``PING_S``; while it is away,
-the poller still wakes every watcher whose row changes. The reaper drops registrations whose
+the poller still wakes every watcher whose row changes. A watcher may name many ids (a dashboard
+page, ``ids=``); listeners (``add_listener``) see each event itself (the dashboard's history). The reaper drops registrations whose
 watcher went away without closing and the poller's memory of ids nobody watches any more.
 """
 
@@ -18,7 +19,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +58,7 @@ class Watcher:
     send: trio.MemorySendChannel[None]
     receive: trio.MemoryReceiveChannel[None]
     since: float = field(default_factory=time.monotonic)
+    ids: tuple[str, ...] = ()
 
     def wake(self) -> None:
         with suppress(trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
@@ -85,16 +87,20 @@ class Hub:
         self._stop = threading.Event()
         self._subscribed = False
         self._events = self._wakeups = self._reconnects = 0
+        self._listeners: list[Callable[[dict[str, Any]], None]] = []
 
     # -- registrations -----------------------------------------------------------------
 
     @contextmanager
-    def watch(self, *, task_id: str | None = None, doc_id: str | None = None) -> Iterator[Watcher]:
-        """Register a watcher for the block; raises :class:`TooManyWatchers` when full."""
+    def watch(
+        self, *, task_id: str | None = None, doc_id: str | None = None, ids: Sequence[str] = ()
+    ) -> Iterator[Watcher]:
+        """Register a watcher for the block (of a task, a document, or any task and document
+        ids); raises :class:`TooManyWatchers` when full."""
         if len(self._watchers) >= self.max_watchers:
             raise TooManyWatchers(f"this server keeps {self.max_watchers} watchers at most")
         send, receive = trio.open_memory_channel[None](WAKE_BUFFER)
-        watcher = Watcher(next(self._numbers), task_id, doc_id, send, receive)
+        watcher = Watcher(next(self._numbers), task_id, doc_id, send, receive, ids=tuple(ids))
         self._watchers[watcher.number] = watcher
         for key in self._ids_of(watcher):
             self._by_id[key].add(watcher)
@@ -105,7 +111,7 @@ class Hub:
 
     @staticmethod
     def _ids_of(watcher: Watcher) -> list[str]:
-        return [i for i in (watcher.task_id, watcher.doc_id) if i]
+        return list(dict.fromkeys(i for i in (watcher.task_id, watcher.doc_id, *watcher.ids) if i))
 
     def _drop(self, watcher: Watcher) -> None:
         self._watchers.pop(watcher.number, None)
@@ -123,6 +129,10 @@ class Hub:
             for watcher in list(self._by_id.get(key, ())):
                 watcher.wake()
                 self._wakeups += 1
+
+    def add_listener(self, listener: Callable[[dict[str, Any]], None]) -> None:
+        """Call ``listener(event)`` on the loop for each event of the updates channel."""
+        self._listeners.append(listener)
 
     def statistics(self) -> HubStatistics:
         return HubStatistics(
@@ -157,7 +167,7 @@ class Hub:
             try:
                 self._listen_once(client, token)
                 return
-            except (*RETRYABLE_REDIS_ERRORS, redis.RedisError, OSError) as exc:
+            except (*RETRYABLE_REDIS_ERRORS, redis.RedisError, OSError) as exc:  # type: ignore[misc]  # mypy reads no starred tuple in except
                 self._subscribed = False
                 self._reconnects += 1
                 if time.monotonic() - started > BACKOFF_MAX_S:
@@ -180,17 +190,25 @@ class Hub:
             while not self._stop.is_set():
                 message = pubsub.get_message(timeout=1.0)
                 if message is not None and message.get("type") == "message":
-                    ids = _event_ids(message.get("data"))
-                    if ids:
-                        trio.from_thread.run_sync(self._on_event, ids, trio_token=token)
+                    event = _event(message.get("data"))
+                    if event is not None:
+                        ids = _ids_in(event)
+                        trio.from_thread.run_sync(self._on_event, ids, event, trio_token=token)
                 if time.monotonic() - last_ping >= PING_S:
                     pubsub.ping()
                     last_ping = time.monotonic()
         finally:
             pubsub.close()
 
-    def _on_event(self, ids: list[str]) -> None:
+    def _on_event(self, ids: list[str], event: dict[str, Any] | None = None) -> None:
         self._events += 1
+        for listener in self._listeners:
+            if event is None:
+                break
+            try:
+                listener(event)
+            except Exception:  # a listener's bug must not stop the subscriber
+                log.exception("updates listener failed")
         self._wake_ids(ids)
 
     async def _poll_forever(self) -> None:
@@ -227,14 +245,22 @@ def _closed(watcher: Watcher) -> bool:
     return bool(watcher.receive.statistics().open_receive_channels == 0)
 
 
-def _event_ids(data: Any) -> list[str]:
-    """The task and document ids a completion event names (an unreadable one names none)."""
+def _event(data: Any) -> dict[str, Any] | None:
+    """An event of the updates channel as a dict (None when it is not a JSON object)."""
     try:
         event = orjson.loads(data)
     except (orjson.JSONDecodeError, TypeError):
-        return []
-    if not isinstance(event, dict):
-        return []
+        return None
+    return event if isinstance(event, dict) else None
+
+
+def _event_ids(data: Any) -> list[str]:
+    """The task and document ids a completion event names (an unreadable one names none)."""
+    event = _event(data)
+    return [] if event is None else _ids_in(event)
+
+
+def _ids_in(event: dict[str, Any]) -> list[str]:
     return [str(event[k]) for k in ("task_id", "doc_id") if isinstance(event.get(k), str) and event[k]]
 
 

@@ -1,8 +1,9 @@
 """``GET|POST /v1/search``: the top chunks of a knowledge base for a query.
 
-The first search loads the embedding model in this process (seconds); every search runs in a
-thread under the ``embed_limiter`` (one at a time). The model is imported there, never when the
-app is imported.
+The first search loads the query encoder in this process (``ingest.query_encoder``: the model's
+ONNX export, under a second, or sentence-transformers when there is none); every search runs
+in a thread under the ``embed_limiter`` (one at a time). It is loaded there, never when the app
+is imported.
 """
 
 from __future__ import annotations
@@ -19,15 +20,21 @@ from ingest.api.runtime import Runtime
 router = APIRouter(prefix="/v1", tags=["search"])
 
 
-async def _search(request: Request, kb: str, q: str, k: int, who: Caller) -> dict[str, Any]:
-    runtime: Runtime = request.app.state.runtime
+async def run_search(runtime: Runtime, kb: str, q: str, k: int, tenant_id: str) -> list[dict[str, Any]]:
+    """The hits of ``ingest.search.search`` as dicts, under the embed limiter (the dashboard's
+    retrieval box calls this too)."""
 
     def work() -> list[dict[str, Any]]:
         from ingest.search import search
 
-        return [asdict(h) for h in search(runtime.settings, kb, q, k, tenant_id=who.tenant_id)]
+        return [asdict(h) for h in search(runtime.settings, kb, q, k, tenant_id=tenant_id)]
 
-    return {"kb": kb, "query": q, "k": k, "hits": await runtime.in_embedder(work)}
+    return await runtime.in_embedder(work)
+
+
+async def _search(request: Request, kb: str, q: str, k: int, who: Caller) -> dict[str, Any]:
+    runtime: Runtime = request.app.state.runtime
+    return {"kb": kb, "query": q, "k": k, "hits": await run_search(runtime, kb, q, k, who.tenant_id)}
 
 
 @router.get("/search", responses={404: {"description": "no such knowledge base"}})

@@ -21,7 +21,9 @@ router = APIRouter(prefix="/v1", tags=["tasks and documents"])
 
 Id = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
 WATCHERS_RETRY_S = 5
-SSE = {200: {"content": {"text/event-stream": {}}, "description": "state, progress…, end"}}
+SSE: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/event-stream": {}}, "description": "state, progress…, end"}
+}
 
 
 def _runtime(request: Request) -> Runtime:

@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 from functools import partial
+from typing import Any
 
 import trio
 from hypercorn.config import Config
@@ -68,7 +69,9 @@ def serve(
         from ingest.api.app import create_app
 
         config.workers = 1
-        trio.run(partial(hypercorn_serve, create_app(settings), config, shutdown_trigger=_until_signalled))
+        # an ASGI app: hypercorn's ASGIFramework type does not admit FastAPI's signature
+        app: Any = create_app(settings)
+        trio.run(partial(hypercorn_serve, app, config, shutdown_trigger=_until_signalled))
         return
     from hypercorn.run import run
 

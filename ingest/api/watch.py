@@ -18,49 +18,20 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from db.database import RETRYABLE_DB_ERRORS
-from db.models import TERMINAL_STATES
 from ingest.api.hub import Hub, Watcher
 from ingest.api.runtime import Runtime
 from ingest.errors import NotFound
-from ingest.status import describe
+from ingest.status import describe, end_status, fingerprint, is_terminal, slim
 
 log = logging.getLogger(__name__)
 
 KEEPALIVE_S = 15.0
 RETRY_MS = 2000
-DOCUMENT_ENDS = ("done", "failed", "cancelled")
 
 
 def sse(event: str, data: Any) -> bytes:
     """One event in the ``text/event-stream`` format (the JSON holds no newline)."""
     return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
-
-
-def slim(state: dict[str, Any]) -> dict[str, Any]:
-    """A described task or document without its chunk id list (it can be long)."""
-    if state.get("kind") == "task":
-        task = {k: v for k, v in state["task"].items() if k != "chunk_ids"}
-        return {**state, "task": task}
-    return state
-
-
-def is_terminal(state: dict[str, Any]) -> bool:
-    if state["kind"] == "task":
-        return state["task"]["status"] in TERMINAL_STATES
-    return state["document"]["run"] in DOCUMENT_ENDS
-
-
-def fingerprint(state: dict[str, Any]) -> tuple[Any, ...]:
-    if state["kind"] == "task":
-        t = state["task"]
-        return (t["status"], t["progress"], t["progress_msg"])
-    d = state["document"]
-    tasks = tuple((t["id"], t["status"], t["progress"]) for t in state.get("tasks", ()))
-    return (d["run"], d["progress"], d["progress_msg"], d["generation"], tasks)
-
-
-def end_status(state: dict[str, Any]) -> str:
-    return str(state["task"]["status"] if state["kind"] == "task" else state["document"]["run"])
 
 
 class EventStream(Response):
@@ -86,7 +57,7 @@ class EventStream(Response):
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_until_disconnect, receive, nursery.cancel_scope)
+                nursery.start_soon(until_disconnect, receive, nursery.cancel_scope)
                 await self._stream(send)
                 nursery.cancel_scope.cancel()
         except OSError:
@@ -138,7 +109,7 @@ class EventStream(Response):
                 await trio.sleep(1.0)
 
 
-async def _until_disconnect(receive: Receive, scope: trio.CancelScope) -> None:
+async def until_disconnect(receive: Receive, scope: trio.CancelScope) -> None:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":

@@ -4,9 +4,10 @@ Verbs: ``init``, ``submit``, ``status``, ``cancel``, ``retry``, ``rm``, ``fleet`
 ``dataflow`` (:mod:`ingest.cli.dataflow`), ``memory`` (:mod:`ingest.cli.memory`), ``dead``
 (:mod:`ingest.cli.dead`) and ``strike``, ``restore``, ``strikes`` (:mod:`ingest.cli.strikes`).
 Settings come from the environment once (``Settings.from_env``); ``--db-url``, ``--redis-url``
-and ``--key-prefix`` override it, before or after the verb. Exit status: 0 when everything
-asked was done, 1 when something was not (a refused file, a failed document, an unknown id, an
-unreachable service: one line on stderr, no traceback), 2 for a usage error.
+and ``--key-prefix`` override it, before or after the verb. Exit status (README, "Exit
+status"): 0 when everything asked was done, 1 when something was not (a refused file, a failed
+document, an unknown id, a limit: one line on stderr, no traceback), 2 for a usage error, 3 when
+the database or Redis cannot be reached (try again later), 130 when interrupted.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from db.config import Settings, redact_url
-from ingest.cli.common import EXIT_FAILED, EXIT_OK, err, json_out, new_console, out
+from ingest.cli.common import EXIT_FAILED, EXIT_OK, EXIT_UNAVAILABLE, err, json_out, new_console, out
 
 _MYSQL_UNREACHABLE = {2002, 2003, 2005, 2006, 2013, 2055}
 
@@ -48,6 +49,11 @@ def cmd_init(settings: Settings, args: argparse.Namespace) -> int:
         "created_groups": missing,
         "changed": report.changed or bool(missing),
     }
+    if not args.skip_model_export:
+        from ingest.cli.model import ensure_export
+
+        data["model_export"] = export = ensure_export(settings)
+        data["changed"] = data["changed"] or export["state"] == "made"
     if args.json:
         json_out(data)
         return EXIT_OK
@@ -144,7 +150,7 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     except redis.RedisError as exc:
         data["redis"] = {"error": f"Redis unreachable at {redact_url(settings.redis_url)}: {exc}"}
         err(data["redis"]["error"])
-        code = EXIT_FAILED
+        code = EXIT_UNAVAILABLE
     if args.json:
         json_out(data)
     else:
@@ -240,6 +246,9 @@ def cmd_search(settings: Settings, args: argparse.Namespace) -> int:
     except ImportError as exc:
         err(f"search is not available here: {exc}")
         return EXIT_FAILED
+    from ingest.cli.model import warnings_to_stderr
+
+    warnings_to_stderr()
     hits = search(settings, args.kb, args.query, k=args.k, tenant_id=args.tenant)
     rows = [_hit_dict(h) for h in hits]
     if args.json:
@@ -283,7 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
     _global_options(parser, in_verb=False)
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
 
-    def verb(name: str, func: Callable[[Settings, argparse.Namespace], int], text: str, *, json: bool = True):
+    def verb(
+        name: str, func: Callable[[Settings, argparse.Namespace], int], text: str, *, json: bool = True
+    ) -> argparse.ArgumentParser:
         sub = verbs.add_parser(name, help=text, description=text)
         sub.set_defaults(func=func)
         if json:
@@ -291,11 +302,15 @@ def build_parser() -> argparse.ArgumentParser:
         _global_options(sub, in_verb=True)
         return sub
 
-    verb(
+    sub = verb(
         "init",
         cmd_init,
         "Create the database if missing, the tables (bringing an older schema up to date) and the "
-        "consumer group; on a current setup it changes nothing.",
+        "consumer group, and the model's ONNX export for searches when missing (`ingest model "
+        "export`); on a current setup it changes nothing.",
+    )
+    sub.add_argument(
+        "--skip-model-export", action="store_true", help="do not make the model's ONNX export when missing"
     )
     sub = verb("submit", cmd_submit, "Store files' bytes, write their rows and publish one message per task.")
     sub.add_argument("paths", nargs="+", metavar="PATH", help="a file, or a folder (the files under it)")
@@ -339,14 +354,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--kb", required=True, metavar="NAME")
     sub.add_argument("--tenant", default="default", metavar="ID")
     sub.add_argument("-k", type=int, default=5, metavar="N", help="how many chunks (default 5)")
-    from ingest.cli import dataflow, dead, memory, prune, strikes, tenants
+    from ingest.cli import admin, dataflow, dead, demo, memory, model, prune, strikes, tenants
 
     tenants.add_verbs(verbs, _global_options)
     prune.add_verbs(verbs, _global_options)
     dataflow.add_verbs(verbs, _global_options)
     memory.add_verbs(verbs, _global_options)
+    model.add_verbs(verbs, _global_options)
     dead.add_verbs(verbs, _global_options)
     strikes.add_verbs(verbs, _global_options)
+    admin.add_verbs(verbs, _global_options)
+    demo.add_verbs(verbs, _global_options)
     return parser
 
 
@@ -393,6 +411,19 @@ def explain(exc: BaseException, settings: Settings | None) -> str | None:
     return None
 
 
+def unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database or Redis cannot be reached (exit status 3)."""
+    import peewee
+    import pymysql
+    import redis
+
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        return True
+    if isinstance(exc, (peewee.DatabaseError, peewee.InterfaceError, pymysql.err.MySQLError)):
+        return _db_code(exc) in _MYSQL_UNREACHABLE
+    return False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -400,7 +431,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         overrides = {"db_url": args.db_url, "redis_url": args.redis_url, "key_prefix": args.key_prefix}
         settings = Settings.from_env(os.environ, **overrides)
-        return int(args.func(settings, args))
+        if not getattr(args, "needs_services", True):
+            return int(args.func(settings, args))
+        from db.embedded import held
+
+        with held(settings.redis_url, settings.home):  # the embedded Redis, while the verb runs
+            return int(args.func(settings, args))
     except KeyboardInterrupt:
         err("interrupted")
         return 130
@@ -409,7 +445,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if line is None or args.traceback:
             raise
         err(line)
-        return EXIT_FAILED
+        return EXIT_UNAVAILABLE if unavailable(exc) else EXIT_FAILED
 
 
 if __name__ == "__main__":  # pragma: no cover

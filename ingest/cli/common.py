@@ -8,6 +8,7 @@ terminal. ``--json`` output is JSON (orjson escapes every C0 control).
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Callable, Iterable
@@ -15,7 +16,7 @@ from typing import Any
 
 import orjson
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 PIPED_WIDTH = 200
 
 # How a verb module adds the global options to its own sub-parsers (``command._global_options``).
@@ -79,6 +80,24 @@ def new_console(*, stderr: bool = False) -> Any:
     # Piped output gets a wide fixed width, so tables are not squeezed to 80 columns. What is
     # printed holds users' text (names, chunks, messages, reasons): no console markup or emoji
     # codes, so "[/etc/hosts]" or "[word]" print as they are (styles are given as styles).
+    # Colour only on a terminal and never under NO_COLOR (https://no-color.org: set, not empty).
     stream = sys.stderr if stderr else sys.stdout
-    width = None if stream.isatty() else PIPED_WIDTH
-    return SafeConsole(highlight=False, soft_wrap=True, width=width, markup=False, emoji=False, stderr=stderr)
+    tty = stream.isatty()
+    width = None if tty else PIPED_WIDTH
+    return SafeConsole(
+        highlight=False,
+        soft_wrap=True,
+        width=width,
+        markup=False,
+        emoji=False,
+        stderr=stderr,
+        no_color=bool(os.environ.get("NO_COLOR")),
+        color_system="auto" if tty else None,
+        force_terminal=tty,
+    )
+
+
+def plain_output(stream: Any = None) -> bool:
+    """No bars, no live display: the stream is not a terminal, or ``TERM=dumb``."""
+    stream = sys.stderr if stream is None else stream
+    return not stream.isatty() or os.environ.get("TERM") == "dumb"

@@ -1,4 +1,4 @@
-"""``ingest dataflow create|list|show|run``: named pipelines described as data (``ingest.dataflow``)."""
+"""``ingest dataflow create|list|show|rm|run``: named pipelines described as data (``ingest.dataflow``)."""
 
 from __future__ import annotations
 
@@ -52,6 +52,17 @@ def cmd_list(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_rm(settings: Settings, args: argparse.Namespace) -> int:
+    from ingest.dataflow.catalog import remove_dataflow
+
+    removed = remove_dataflow(settings, args.name, tenant_id=args.tenant)
+    if args.json:
+        json_out(removed)
+    else:
+        out(f"removed dataflow {removed['name']!r} (id {removed['id']}); tasks still queued for it will fail")
+    return EXIT_OK
+
+
 def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
     from ingest.dataflow.catalog import get_dataflow, graph_of
     from ingest.dataflow.dsl import describe
@@ -93,7 +104,7 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
             out(json.dumps({k: v for k, v in output.items() if k != "type"}, indent=2, ensure_ascii=False))
         out(f"task {run.task_id} {run.status}: {run.message}")
     if not run.ended:
-        err(f"timed out after {args.timeout:g} s: task {run.task_id} is {run.status}")
+        err(f"timed out after {args.timeout:g} s: task {run.task_id} {run.status}, its stored bytes removed")
         return EXIT_FAILED
     if run.status != "done":
         err(f"debug run {run.status}: {run.message}")
@@ -133,6 +144,8 @@ def add_verbs(verbs: Any, global_options: GlobalOptions) -> None:
     sub = action("list", cmd_list, "The stored dataflows.")
     sub.add_argument("--all-tenants", action="store_true", help="of every tenant")
     sub = action("show", cmd_show, "One dataflow: its DSL and the parameters in effect.")
+    sub.add_argument("name", metavar="NAME", help="its name (or id)")
+    sub = action("rm", cmd_rm, "Remove a dataflow (tasks still queued for it fail; its chunks stay).")
     sub.add_argument("name", metavar="NAME", help="its name (or id)")
     sub = action(
         "run",

@@ -43,9 +43,13 @@ def cmd_save(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_search(settings: Settings, args: argparse.Namespace) -> int:
+    from ingest.cli.model import warnings_to_stderr
     from ingest.memory import search_memory
 
-    hits = [h.to_dict() for h in search_memory(settings, args.memory, args.query, k=args.k, tenant_id=args.tenant)]
+    warnings_to_stderr()
+    hits = [
+        h.to_dict() for h in search_memory(settings, args.memory, args.query, k=args.k, tenant_id=args.tenant)
+    ]
     if args.json:
         json_out(hits)
         return EXIT_OK
@@ -72,6 +76,18 @@ def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
         console.print(f"no messages in memory {args.memory!r}")
     for row in rows:
         console.print(Text.assemble((str(row["role"]), "bold"), ": ", str(row["content"])))
+    return EXIT_OK
+
+
+def cmd_rm(settings: Settings, args: argparse.Namespace) -> int:
+    from ingest.memory import remove_memory
+
+    removed = remove_memory(settings, args.memory, tenant_id=args.tenant, source_id=args.source)
+    if args.json:
+        json_out({"memory_id": args.memory, "tenant_id": args.tenant, "removed": removed})
+    else:
+        what = f"message {args.source!r} of memory" if args.source is not None else "memory"
+        out(f"removed {what} {args.memory!r}: {removed} message(s)")
     return EXIT_OK
 
 
@@ -108,3 +124,5 @@ def add_verbs(verbs: Any, global_options: GlobalOptions) -> None:
     sub.add_argument("query", metavar="QUERY")
     sub.add_argument("-k", type=int, default=5, metavar="N", help="how many messages (default 5)")
     action("show", cmd_show, "The conversation, in order.")
+    sub = action("rm", cmd_rm, "Remove a memory's messages (with --source, that one message).")
+    sub.add_argument("--source", default=None, metavar="ID", help="only the message with this source id")

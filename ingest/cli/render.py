@@ -8,6 +8,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ingest.status import health_text
+
 DOCS_LISTED = 50
 
 
@@ -38,6 +40,12 @@ def init_report(console: Console, data: dict[str, Any], *, group: str) -> None:
         said = True
     for stream in data["created_groups"]:
         console.print(f"created consumer group {group} on {stream}")
+        said = True
+    export = data.get("model_export") or {}
+    if export.get("state") == "made":
+        console.print(
+            f"made the model's ONNX export in {export['export_dir']} (minimum cosine {export['min_cosine']:.6f})"
+        )
         said = True
     if not said:
         console.print(f"nothing changed: {data['database']}, its tables and the consumer group are current")
@@ -116,18 +124,6 @@ def described(console: Console, data: dict[str, Any]) -> None:
     if data["older_generations"]:
         older = ", ".join(f"{n} {s}" for s, n in sorted(data["older_generations"].items()))
         console.print(f"older generations: {older}")
-
-
-def health_text(health: Any) -> str:
-    """A heartbeat's health verdict: ``ok``, or the reasons it is not (as the health check says),
-    and what its ports had to shed (``warnings``)."""
-    if not isinstance(health, dict):
-        return ""
-    warnings = "; ".join(str(w) for w in health.get("warnings") or [])
-    if health.get("ok"):
-        return f"ok (warning: {warnings})" if warnings else "ok"
-    reasons = "; ".join(str(r) for r in health.get("reasons") or [])
-    return f"unhealthy: {reasons}" if reasons else "unhealthy"
 
 
 def fleet(console: Console, beats: list[dict[str, Any]]) -> None:

@@ -6,19 +6,15 @@ only wakes the loop early. Without Redis it polls.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Sequence
 from typing import Any
 
-import redis
-
 from db.config import Settings
 from db.database import connection, init_database
-from db.keys import Keys
 from db.models import CANCELLED, DONE, Document
-from db.streams import connect
-from ingest.cli.common import new_console
+from ingest.cli.common import err, new_console, plain_output
+from ingest.task_wait import Waker
 
 ENDED = (DONE, "failed", CANCELLED, "dead")
 BARS_SHOWN = 30  # more documents than this: one overall bar
@@ -38,37 +34,6 @@ def read_documents(doc_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
     return found
 
 
-class _Waker:
-    """Sleeps until the next poll, or until an event on the updates channel."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.pubsub = None
-        self.client = None
-        try:
-            self.client = connect(settings)
-            self.pubsub = self.client.pubsub(ignore_subscribe_messages=True)
-            self.pubsub.subscribe(Keys(settings.key_prefix).updates)
-        except redis.RedisError:
-            self.close()
-
-    def sleep(self, seconds: float) -> None:
-        if self.pubsub is None:
-            time.sleep(seconds)
-            return
-        try:
-            self.pubsub.get_message(timeout=seconds)
-        except redis.RedisError:
-            self.close()
-            time.sleep(seconds)
-
-    def close(self) -> None:
-        for thing in (self.pubsub, self.client):
-            if thing is not None:
-                with contextlib.suppress(redis.RedisError):
-                    thing.close()
-        self.pubsub = self.client = None
-
-
 def wait_for_documents(
     settings: Settings,
     doc_ids: Sequence[str],
@@ -78,7 +43,8 @@ def wait_for_documents(
     show: bool = True,
 ) -> tuple[dict[str, dict[str, Any]], bool]:
     """Follow ``doc_ids`` until every one has ended; returns their last rows and whether all
-    ended (False when ``timeout_s`` ran out first). Progress bars go to stderr."""
+    ended (False when ``timeout_s`` ran out first). Progress bars go to stderr on a terminal;
+    elsewhere (a pipe, a CI log, ``TERM=dumb``) one plain line per document as it ends."""
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
     init_database(settings.db_url)
@@ -91,15 +57,19 @@ def wait_for_documents(
         TextColumn("{task.fields[state]}", markup=False),
         TimeElapsedColumn(),
     )
-    waker = _Waker(settings)
-    progress = Progress(*columns, console=new_console(stderr=True), disable=not show, transient=False)
+    waker = Waker(settings)
+    lines = show and plain_output()
+    progress = Progress(*columns, console=new_console(stderr=True), disable=not show or lines, transient=False)
     rows: dict[str, dict[str, Any]] = {}
+    told: set[str] = set()
     try:
         with progress:
             bars = _make_bars(progress, ids)
             while True:
                 rows = read_documents(ids)
                 _update_bars(progress, bars, ids, rows)
+                if lines:
+                    _tell_ended(ids, rows, told)
                 if all(rows.get(d, {}).get("run") in ENDED or d not in rows for d in ids):
                     return rows, True
                 if deadline is not None and time.monotonic() >= deadline:
@@ -110,6 +80,14 @@ def wait_for_documents(
                 time.sleep(max(0.0, MIN_POLL_S - (time.monotonic() - polled)))
     finally:
         waker.close()
+
+
+def _tell_ended(ids: list[str], rows: dict[str, dict[str, Any]], told: set[str]) -> None:
+    for d in ids:
+        row = rows.get(d)
+        if d not in told and (row is None or row["run"] in ENDED):
+            told.add(d)
+            err(f"{row['run'] if row else 'removed'}: {row['name'] if row else d}")
 
 
 def _make_bars(progress: Any, ids: list[str]) -> dict[str, Any]:

@@ -107,6 +107,16 @@ def get_dataflow(settings: Settings, name: str, *, tenant_id: str = "default") -
     return dict(row.to_dict())
 
 
+def remove_dataflow(settings: Settings, name: str, *, tenant_id: str = "default") -> dict[str, Any]:
+    """Remove the dataflow called ``name`` (or with this id) of ``tenant_id``; :class:`NotFound`
+    if none. Tasks still queued for it fail with "unknown dataflow id" (as after a replace); the
+    chunks it made stay (they belong to their documents)."""
+    row = get_dataflow(settings, name, tenant_id=tenant_id)
+    with unit():
+        removed = Dataflow.delete().where(Dataflow.id == row["id"]).execute()
+    return {"id": row["id"], "name": row["name"], "tenant_id": tenant_id, "removed": int(removed)}
+
+
 def load_dataflow(dataflow_id: str) -> dict[str, Any] | None:
     """Blocking, on the caller's connection: the dataflow row with this id, or None."""
     row = Dataflow.get_or_none(Dataflow.id == dataflow_id)

@@ -454,7 +454,8 @@ def regex_fields(pattern: Any, text: str, field_name: str, all_matches: bool) ->
     """Fields from ``pattern`` (an RE2 pattern, or any with the ``re`` API) on ``text``."""
 
     def value(match: Any) -> str:
-        return match.group(1) if pattern.groups else match.group(0)
+        found: str = match.group(1) if pattern.groups else match.group(0)
+        return found
 
     if pattern.groupindex:
         matches = list(pattern.finditer(text)) if all_matches else [m for m in [pattern.search(text)] if m]
@@ -518,7 +519,7 @@ def _record_and_store(
         generation=target.generation,
         attempt=target.attempt,
         chunks=merged.chunks,
-        vectors=merged.vectors,
+        vectors=merged.vectors,  # type: ignore[arg-type]  # set: the caller asserted it (embedded chunks only)
         meta=[m or None for m in merged.meta],
     )
 
@@ -638,7 +639,7 @@ def run_worker_stage(
             elif type_name == "Splitter":
                 out[cid] = split(params, inputs, load_tokenizer(model), max_chunk_chars)
             else:
-                out[cid] = REGISTRY[type_name].run(params, inputs)  # type: ignore[misc]
+                out[cid] = REGISTRY[type_name].run(params, inputs)  # type: ignore[misc]  # run is set on every non-source type
             check_held(label, [out[cid]], max_chars)  # and what it made (overlap repeats text)
         except PermanentError as exc:
             if str(exc).startswith(f"component {cid!r}"):

@@ -4,7 +4,8 @@ The file's bytes are stored (under ``debug/{task}/…``, where every executor ca
 ``dataflow`` task is enqueued like any other, flagged ``debug`` in its payload and naming no
 knowledge base and no document row. The handler runs every component but the Indexer writes
 nothing; it returns each component's output, truncated, which the executor keeps in the task's
-``result``. This waits for the task (reading its row) and then removes the stored bytes.
+``result``. This waits for the task (reading its row) and then removes the stored bytes; when the wait times
+out or is interrupted it cancels the task first, so no stored bytes are left behind either way.
 """
 
 from __future__ import annotations
@@ -37,6 +38,20 @@ class DebugRun:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _give_up(settings: Settings, task_id: str, final: dict[str, Any] | None) -> dict[str, Any]:
+    """Cancel a debug task the caller stopped waiting for (rows first: a run still going stops
+    within 2 s, one not started never reads the bytes); its row as it is after."""
+    from ingest.control import cancel
+    from ingest.errors import NotFound
+    from ingest.task_wait import read_task
+
+    try:
+        cancel(settings, task_id)
+    except NotFound:
+        return final or {}
+    return read_task(task_id) or final or {}
 
 
 def debug_location(task_id: str, content_hash: str) -> str:
@@ -82,12 +97,20 @@ def run_debug(
     storage = open_storage(settings.storage_url)
     storage.put(location, item.data)
     task = {"id": task_id, **debug_task(row["id"], tenant_id, item.name, location, len(item.data))}
-    enqueue_tasks(settings, [task])
-    if on_queued is not None:
-        on_queued(task_id)
-    final, ended = wait_for_task(settings, task_id, timeout_s=timeout_s)
-    if ended:
-        with contextlib.suppress(Exception):  # best effort: the task is over, nothing reads them
+    ended = False
+    try:
+        enqueue_tasks(settings, [task])
+        if on_queued is not None:
+            on_queued(task_id)
+        final, ended = wait_for_task(settings, task_id, timeout_s=timeout_s)
+        if not ended:  # nobody waits for it any more: stop it, so its bytes may go
+            final = _give_up(settings, task_id, final)
+    except BaseException:  # interrupted (or the enqueue failed): stop the task, remove the bytes
+        with contextlib.suppress(Exception):
+            _give_up(settings, task_id, None)
+        raise
+    finally:
+        with contextlib.suppress(Exception):  # best effort: the task is over or cancelled
             storage.delete(location)
     result = final.get("result") or {}
     return DebugRun(

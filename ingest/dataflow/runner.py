@@ -106,7 +106,7 @@ async def run_graph(
         rt.on_progress = run.embed_progress(cid) if c.type == "Embedder" else None
         # the executor's own components hold their concatenated inputs: checked before they run
         check_held(c.label(), inputs, rt.max_chars)
-        run.finished(cid, await REGISTRY[c.type].run(c.params, inputs, rt))  # type: ignore[misc]
+        run.finished(cid, await REGISTRY[c.type].run(c.params, inputs, rt))  # type: ignore[misc]  # run is set on every non-source type
     run.result.outputs = fit_outputs(run.result.outputs) if previews else {}
     return run.result
 

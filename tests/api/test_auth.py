@@ -68,8 +68,10 @@ def test_another_tenants_task_and_document_read_as_absent(keyed: ApiServer):
         # nor can beta enqueue work on alpha's document, or take its task's id
         assert b.post("/v1/tasks", json={"tasks": [{"doc_id": doc_id}]}).status_code == 404
         assert b.post("/v1/tasks", json={"tasks": [{"id": task_id}]}).status_code == 409
-    with keyed.client(key=ALPHA) as a:
-        assert a.post(f"/v1/documents/{doc_id}/cancel").json()["task_ids"] == [task_id]
+    with keyed.client(key=ALPHA) as a:  # alpha may act on its own document (an executor of the
+        # session may have run the task by now: then nothing is left to cancel, still a 200)
+        r = a.post(f"/v1/documents/{doc_id}/cancel")
+        assert r.status_code == 200 and r.json()["task_ids"] in ([task_id], []), r.text
 
 
 def test_an_open_server_takes_the_tenant_header_or_the_default(open_server: ApiServer):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from db.gate import Gate
 from db.streams import AckItem
+from tests.lifecycle import rule
 
 
 def _read(rclient, keys, consumer, stream=None, free=10):
@@ -17,6 +18,7 @@ def _read(rclient, keys, consumer, stream=None, free=10):
     ]
 
 
+@rule("publish.one-live-entry")
 def test_publish_is_guarded_by_the_published_key(streams, rclient, keys):
     msgs = [{"id": "a", "priority": 0}, {"id": "b", "priority": 1}, {"id": "a", "priority": 0}]
     ids = streams.publish_many(msgs)
@@ -25,6 +27,7 @@ def test_publish_is_guarded_by_the_published_key(streams, rclient, keys):
     assert rclient.ttl(keys.published("a")) == -1  # it lives exactly as long as its entry
 
 
+@rule("finish.ack-script")
 def test_ack_checks_owner_then_acks_deletes_and_clears_published(streams, rclient, keys):
     streams.publish_many([{"id": "a", "priority": 0}])
     [(stream, eid, _)] = _read(rclient, keys, "c1", keys.queue(0))
@@ -36,6 +39,7 @@ def test_ack_checks_owner_then_acks_deletes_and_clears_published(streams, rclien
     assert rclient.xpending(stream, keys.group)["pending"] == 0
 
 
+@rule("finish.ack-script")
 def test_ack_with_reason_dead_letters_in_the_same_step(streams, rclient, keys):
     streams.publish_many([{"id": "a", "priority": 0}])
     [(stream, eid, fields)] = _read(rclient, keys, "c1", keys.queue(0))
@@ -45,6 +49,7 @@ def test_ack_with_reason_dead_letters_in_the_same_step(streams, rclient, keys):
     assert dead["reason"] == "bad" and dead["task_id"] == "a" and dead["message"] == fields["message"]
 
 
+@rule("lease.hand-back")
 def test_hand_back_republishes_only_when_still_owned(streams, rclient, keys):
     streams.publish_many([{"id": "a", "priority": 0}])
     [(stream, eid, _)] = _read(rclient, keys, "c1", keys.queue(0))
@@ -58,6 +63,7 @@ def test_hand_back_republishes_only_when_still_owned(streams, rclient, keys):
     assert rclient.zcard(keys.running("default")) == 0  # its slot went with the entry
 
 
+@rule("lease.renew-own")
 def test_renew_reports_owned_stolen_and_gone(streams, rclient, keys):
     streams.publish_many([{"id": "a", "priority": 0}, {"id": "b", "priority": 0}])
     stream = keys.queue(0)
@@ -106,6 +112,7 @@ def test_hole17_5_a_dead_letter_without_a_task_id_passes_no_empty_key_an_acl_use
         rclient.execute_command("ACL", "DELUSER", user)
 
 
+@rule("publish.one-live-entry")
 def test_hole2_a_published_key_whose_entry_is_gone_is_found_and_dropped(streams, rclient, keys):
     """Issue 12 hole 2: the published key lives as long as its entry (no expiry); when the entry
     goes without an ack (an operator's XTRIM, a partial restore) the reconciler's check drops it."""

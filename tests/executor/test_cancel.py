@@ -8,6 +8,7 @@ from db.database import unit
 from db.models import CANCELLED, RUNNING, Chunk, Document, Task
 from tests.executor.support import enqueue, make_document, row, running_daemon, task_spec
 from tests.helpers import await_until
+from tests.lifecycle import rule
 
 
 def _chunks(task_id: str) -> int:
@@ -15,6 +16,7 @@ def _chunks(task_id: str) -> int:
         return Chunk.select().where(Chunk.task_id == task_id).count()
 
 
+@rule("cancel.rows-then-keys")
 async def test_cancel_stops_a_running_task_within_2_s_and_its_chunks_are_removed(
     xsettings, streams, rclient, keys, db
 ):
@@ -46,6 +48,7 @@ async def test_a_cancel_key_alone_stops_the_task_and_the_executor_records_the_ca
     assert row(tid)["progress_msg"].endswith("cancelled\n") and row(tid)["progress"] == -1
 
 
+@rule("publish.cancel-names-attempt")
 async def test_hole1_a_stale_cancel_key_never_cancels_a_later_attempt(xsettings, streams, rclient, keys, db):
     """Issue 12 hole 1: cancel T, retry T, and its publish fails: the reconciler republishes
     through a path that never clears the cancel key. The cancel names attempt 1; attempt 2 runs."""

@@ -8,7 +8,12 @@ import dataclasses
 from db.config import Settings
 from executor.cli import build_parser, parse_args
 
-CHOICES = {"log_format": ("json", "plain"), "tracing": ("off", "auto"), "log_level": ("DEBUG", "INFO")}
+CHOICES = {
+    "log_format": ("json", "plain"),
+    "tracing": ("off", "auto"),
+    "log_level": ("DEBUG", "INFO"),
+    "query_encoder": ("torch", "onnx"),
+}
 
 
 def _values(f: dataclasses.Field) -> tuple[str, str, object]:
@@ -22,6 +27,8 @@ def _values(f: dataclasses.Field) -> tuple[str, str, object]:
         return "2", "7", 7
     if f.name.endswith("_s"):
         return "30", "250ms", 0.25
+    if f.type in (float, "float"):
+        return "0.5", "0.25", 0.25
     return "from-env", "from-flag", "from-flag"
 
 

@@ -11,6 +11,7 @@ from db.models import DEAD, DONE, QUEUED
 from ingest.cli import main
 from tests.executor.support import enqueue, row, running_daemon, task_spec
 from tests.helpers import await_until
+from tests.lifecycle import rule
 
 
 def _cli(settings, capsys, *args: str) -> tuple[int, str, str]:
@@ -39,6 +40,7 @@ async def _make_dead_letters(xsettings, streams, rclient, keys):
     return unknown, capped
 
 
+@rule("errors.dead-letters")
 async def test_list_shows_each_dead_letter_with_its_reason_and_deliveries(
     xsettings, streams, rclient, keys, db, capsys
 ):
@@ -58,6 +60,7 @@ async def test_list_shows_each_dead_letter_with_its_reason_and_deliveries(
     assert code == 0 and "gave up after 5 deliveries" in out and "3 dead letter(s)" in out
 
 
+@rule("errors.dead-letters")
 async def test_replay_requeues_the_dead_row_publishes_it_and_the_task_runs(
     xsettings, streams, rclient, keys, db, capsys
 ):
@@ -104,6 +107,7 @@ async def test_replay_all_skips_what_cannot_be_replayed_and_an_unknown_entry_fai
     rclient.xtrim(keys.queue(0), maxlen=0)
 
 
+@rule("errors.dead-letters")
 async def test_only_purge_removes_dead_letters_and_only_older_ones(
     xsettings, streams, rclient, keys, db, capsys
 ):

@@ -13,6 +13,7 @@ from executor.claim import MAX_MESSAGE_BYTES, parse_message
 from ingest.errors import BadMessage
 from tests.executor.support import all_in, enqueue, row, running_daemon, task_spec
 from tests.helpers import await_until
+from tests.lifecycle import rule
 
 GARBAGE = {
     "not JSON": ({"message": "{not json"}, "not JSON"),
@@ -26,6 +27,7 @@ GARBAGE = {
 }
 
 
+@rule("validate.bad-messages")
 async def test_garbage_of_every_kind_is_dead_lettered_while_good_tasks_finish(
     xsettings, streams, rclient, keys, db
 ):
@@ -60,6 +62,7 @@ messages = st.fixed_dictionaries(
 
 
 @given(st.none() | st.text(max_size=200) | json_values.map(json.dumps) | messages.map(json.dumps))
+@rule("validate.bad-messages")
 def test_any_input_is_either_a_message_of_the_contract_or_bad(raw):
     try:
         msg = parse_message(raw)

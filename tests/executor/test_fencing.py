@@ -11,8 +11,10 @@ from executor.book import Claimed
 from executor.finisher import Outcome, write_outcomes
 from tests.executor.support import enqueue, row, running_daemon, task_spec
 from tests.helpers import await_until
+from tests.lifecycle import rule
 
 
+@rule("claim.fenced")
 async def test_a_run_whose_row_moved_to_a_newer_attempt_writes_nothing_more_and_stops(
     xsettings, streams, rclient, keys, db
 ):
@@ -36,6 +38,7 @@ def _claimed(tid: str, attempt: int) -> Claimed:
     return Claimed(Entry("s", "1-1", "{}"), {"id": tid}, "noop", row_, None, None, attempt)
 
 
+@rule("finish.lost-write")
 def test_a_terminal_write_fenced_by_an_old_attempt_changes_nothing(xsettings, streams, db):
     (tid,) = enqueue(streams, [task_spec("noop", status=RUNNING, attempt=2, owner="host_9")], publish=False)
     before = row(tid)
@@ -44,6 +47,7 @@ def test_a_terminal_write_fenced_by_an_old_attempt_changes_nothing(xsettings, st
     assert row(tid) == before
 
 
+@rule("finish.lost-write")
 def test_a_terminal_write_already_committed_under_my_attempt_counts_as_written(xsettings, streams, db):
     (tid,) = enqueue(streams, [task_spec("noop", status=FAILED, attempt=3, owner="host_1")], publish=False)
     with unit():  # e.g. the commit went through but its reply was lost, and the write is retried

@@ -11,6 +11,7 @@ from db.database import unit
 from db.models import DONE, FAILED, Document
 from tests.executor.support import enqueue, make_document, row, rows, running_daemon, task_spec
 from tests.helpers import await_until
+from tests.lifecycle import rule
 
 
 def _listen(rclient, channel):
@@ -30,6 +31,7 @@ def _events(pubsub, n, timeout_s=10.0):
     return out
 
 
+@rule("finish.one-transaction", "finish.ack-script")
 async def test_finished_tasks_update_their_document_and_announce_themselves(
     xsettings, streams, rclient, keys, db
 ):
@@ -52,6 +54,7 @@ async def test_finished_tasks_update_their_document_and_announce_themselves(
     assert rclient.xlen(keys.queue(0)) == 0 and not any(rclient.exists(keys.published(t)) for t in ids)
 
 
+@rule("finish.one-transaction")
 async def test_a_failed_task_fails_its_document_once_all_are_finished(xsettings, streams, db):
     kb_id, doc_id = make_document()
     ok, bad = enqueue(

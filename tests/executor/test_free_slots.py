@@ -7,8 +7,10 @@ import trio
 from db.models import QUEUED, RUNNING
 from tests.executor.support import enqueue, running_daemon, statuses, task_spec
 from tests.helpers import await_until, waiting
+from tests.lifecycle import rule
 
 
+@rule("read.new-entries-free-slots")
 async def test_never_more_entries_read_than_free_slots(xsettings, streams, rclient, keys, db):
     ids = enqueue(streams, [task_spec("hang") for _ in range(6)])
     async with running_daemon(xsettings.replace(max_concurrent_tasks=2), "host_1") as daemon:

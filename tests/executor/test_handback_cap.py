@@ -6,8 +6,10 @@ from __future__ import annotations
 from db.models import DEAD, DONE
 from tests.executor.support import enqueue, row, running_daemon, task_spec
 from tests.helpers import await_until
+from tests.lifecycle import rule
 
 
+@rule("lease.hand-back")
 async def test_a_task_handed_back_more_often_than_the_cap_counts_as_delivered_that_often(
     xsettings, streams, rclient, keys, db
 ):

@@ -5,8 +5,10 @@ from __future__ import annotations
 from db.models import FAILED
 from tests.executor.support import enqueue, row, running_daemon, task_spec
 from tests.helpers import await_until
+from tests.lifecycle import rule
 
 
+@rule("errors.permanent")
 async def test_a_handler_exception_fails_the_row_and_the_message_is_acked(
     xsettings, streams, rclient, keys, db
 ):

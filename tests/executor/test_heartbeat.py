@@ -14,6 +14,7 @@ from executor.daemon import Daemon
 from executor.heartbeat import NameInUse
 from tests.executor.support import enqueue, row, running_daemon, task_spec
 from tests.helpers import await_until, wait_until
+from tests.lifecycle import rule
 from tests.procs import ExecutorProcess
 
 FIELDS = {
@@ -34,6 +35,7 @@ FIELDS = {
 }
 
 
+@rule("read.heartbeat-first")
 async def test_heartbeat_is_written_before_the_first_read_and_refreshed(
     xsettings, streams, rclient, keys, db
 ):
@@ -51,6 +53,7 @@ async def test_heartbeat_is_written_before_the_first_read_and_refreshed(
     assert not rclient.exists(keys.executor("host_1"))  # a clean exit removes it
 
 
+@rule("read.heartbeat-first")
 async def test_a_second_executor_under_a_live_name_refuses_to_start(xsettings, streams, rclient, keys, db):
     async with running_daemon(xsettings, "host_1"):
         with pytest.raises(NameInUse):

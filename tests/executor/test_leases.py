@@ -7,12 +7,14 @@ from db.database import unit
 from db.models import DONE, RUNNING, Task
 from tests.executor.support import enqueue, row, running_daemon, statuses, task_spec
 from tests.helpers import await_until
+from tests.lifecycle import rule
 
 
 def _pending(rclient, keys, stream):
     return {p["message_id"]: p["consumer"] for p in rclient.xpending_range(stream, keys.group, "-", "+", 100)}
 
 
+@rule("lease.renew-own")
 async def test_a_running_task_keeps_its_entry_idle_time_low(xsettings, streams, rclient, keys, db):
     (tid,) = enqueue(streams, [task_spec("sleep", seconds=2.0)])
     async with running_daemon(xsettings.replace(redelivery_timeout_s=0.4), "host_1") as daemon:
@@ -24,6 +26,7 @@ async def test_a_running_task_keeps_its_entry_idle_time_low(xsettings, streams, 
     assert daemon.sweeper.statistics().reclaimed == 0
 
 
+@rule("lease.renew-own")
 async def test_a_task_whose_entry_another_consumer_took_stops_and_writes_and_acks_nothing(
     xsettings, streams, rclient, keys, db
 ):
@@ -48,6 +51,7 @@ async def test_a_task_whose_entry_another_consumer_took_stops_and_writes_and_ack
         rclient.xack(stream, keys.group, eid)
 
 
+@rule("lease.renew-own")
 async def test_a_task_whose_entry_redis_lost_runs_on_and_finishes(xsettings, streams, rclient, keys, db):
     (tid,) = enqueue(streams, [task_spec("sleep", seconds=1.5)])
     stream = keys.queue(0)

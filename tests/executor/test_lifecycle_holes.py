@@ -9,8 +9,10 @@ from db.models import DEAD, DONE, FAILED, QUEUED, RUNNING, Document, Task
 from ingest.control import cancel, retry
 from tests.executor.support import enqueue, make_document, row, running_daemon, task_spec
 from tests.helpers import admit, await_until, waiting
+from tests.lifecycle import rule
 
 
+@rule("validate.bad-messages")
 async def test_hole3_a_dead_row_always_gets_its_dead_letter(xsettings, streams, rclient, keys, db):
     """The row was made dead (a bury committed) but its dead letter was never written (a crash,
     or a batch re-run after a retryable error): the entry's next delivery writes it, once."""
@@ -56,6 +58,7 @@ def test_hole6_a_retry_racing_the_finisher_s_ack_leaves_the_task_an_entry(settin
     assert not rclient.exists(keys.requeue(tid))
 
 
+@rule("finish.one-transaction")
 def test_hole11_cancel_recomputes_the_document_from_what_is_committed_now(settings, streams, rclient, keys, db):
     """A cancel that read its rows, then locked the document, recomputed from its old snapshot:
     the other task finished meanwhile, both tasks terminal, the document left running."""
@@ -90,6 +93,7 @@ def test_hole11_cancel_recomputes_the_document_from_what_is_committed_now(settin
     assert doc.run != RUNNING, doc.run
 
 
+@rule("publish.takeover-checks-owner")
 async def test_hole2_an_orphan_entry_of_a_task_running_under_a_live_owner_never_takes_it_over(
     xsettings, streams, rclient, keys, db, monkeypatch
 ):

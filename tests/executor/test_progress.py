@@ -9,8 +9,10 @@ import trio
 from db.models import DONE
 from executor.progress import MAX_BYTES, MAX_LINES, Lines
 from tests.executor.support import enqueue, row, running_daemon, task_spec
+from tests.lifecycle import rule
 
 
+@rule("claim.progress-monotonic")
 async def test_progress_only_rises_and_its_writes_are_throttled(xsettings, streams, db):
     steps = [0.1, 0.5, 0.3, 0.6, 0.2, 0.8, 0.4] * 5  # 35 reports over about 0.9 s, up and down
     (tid,) = enqueue(streams, [task_spec("progress", steps=steps, pause=0.025)])

@@ -16,6 +16,7 @@ from executor.outage import Outage
 from executor.sweeper import START_CURSOR, Sweeper
 from tests.executor.support import enqueue, row, running_daemon, task_spec
 from tests.helpers import admit, await_until, waiting
+from tests.lifecycle import rule
 from tests.procs import PrivateRedis
 
 
@@ -46,6 +47,7 @@ def _sweeper(settings, streams, capacity=10):
     )
 
 
+@rule("lease.reclaim")
 async def test_entries_of_a_dead_consumer_are_taken_over_by_a_live_one_under_another_name(
     xsettings, streams, rclient, keys, db
 ):
@@ -58,6 +60,7 @@ async def test_entries_of_a_dead_consumer_are_taken_over_by_a_live_one_under_ano
     assert _pending_of(rclient, keys, "ghost_1") == [] and rclient.xlen(keys.dead) == 0
 
 
+@rule("lease.reclaim")
 async def test_a_sweep_takes_no_more_than_the_free_slots_and_follows_its_cursor(
     xsettings, streams, rclient, keys, db
 ):
@@ -109,6 +112,7 @@ async def test_no_reclaim_right_after_a_redis_restart_or_an_outage(xsettings, ke
     sweeper.client.close()
 
 
+@rule("lease.reclaim")
 async def test_a_reclaimed_entry_past_the_cap_is_dead_lettered_and_one_of_a_done_row_just_acked(
     xsettings, streams, rclient, keys, db
 ):
@@ -126,6 +130,7 @@ async def test_a_reclaimed_entry_past_the_cap_is_dead_lettered_and_one_of_a_done
     assert row(done)["status"] == DONE
 
 
+@rule("validate.duplicates")
 async def test_a_reclaimed_entry_takes_over_a_row_whose_owner_still_has_a_heartbeat(
     xsettings, streams, rclient, keys, db
 ):

@@ -13,6 +13,7 @@ from executor.outage import Outage
 from executor.reconciler import STAT_REPUBLISHED, STAT_REQUEUED, Reconciler
 from tests.executor.support import enqueue, make_document, row, running_daemon, task_spec
 from tests.helpers import admit, await_until, waiting
+from tests.lifecycle import rule
 
 OLD = 60_000  # ms: older than the grace period used here
 
@@ -32,6 +33,7 @@ def _age(task_ids, **fields):
         Task.update(update_time=now_ms() - OLD, **fields).where(Task.id.in_(task_ids)).execute()
 
 
+@rule("lease.reconciler")
 async def test_a_queued_row_without_an_entry_is_published_once_the_grace_is_over(
     xsettings, streams, rclient, keys, db
 ):
@@ -48,6 +50,7 @@ async def test_a_queued_row_without_an_entry_is_published_once_the_grace_is_over
     rclient.delete(keys.published(lost), *[keys.published(t) for t in live])
 
 
+@rule("lease.reconciler")
 async def test_a_running_row_of_a_dead_owner_without_an_entry_is_queued_again_and_finishes(
     xsettings, streams, rclient, keys, db
 ):
@@ -66,6 +69,7 @@ async def test_a_running_row_of_a_dead_owner_without_an_entry_is_queued_again_an
     )
 
 
+@rule("lease.reconciler")
 async def test_a_running_row_whose_owner_lives_or_whose_entry_lives_is_left_alone(
     xsettings, streams, rclient, keys, db
 ):
@@ -86,6 +90,7 @@ async def test_a_running_row_whose_owner_lives_or_whose_entry_lives_is_left_alon
     rclient.delete(keys.published(entry), keys.backlog(0, "default"))
 
 
+@rule("lease.reconciler")
 async def test_chunks_of_a_cancelled_task_nobody_runs_are_removed(xsettings, streams, rclient, keys, db):
     kb, doc = make_document()
     idle, running = enqueue(
@@ -120,6 +125,7 @@ async def test_chunks_of_a_cancelled_task_nobody_runs_are_removed(xsettings, str
     assert left == {running}  # its executor removes them when its run stops
 
 
+@rule("lease.consumer-removal")
 async def test_only_consumers_with_no_pending_entry_and_no_heartbeat_leave_the_group(
     xsettings, streams, rclient, keys, db
 ):

@@ -13,11 +13,13 @@ from db.keys import Keys
 from db.models import DONE, RUNNING
 from db.streams import Streams, connect
 from executor.logs import make_handler
-from tests.executor.support import enqueue, running_daemon, statuses, task_spec
+from tests.executor.support import enqueue, rows, running_daemon, statuses, task_spec
 from tests.helpers import await_until
+from tests.lifecycle import rule
 from tests.procs import PrivateRedis
 
 
+@rule("read.no-reread-after-reconnect")
 async def test_running_tasks_finish_through_a_redis_kill_and_are_acked_when_it_returns(
     xsettings, db, tmp_path
 ):
@@ -43,9 +45,13 @@ async def test_running_tasks_finish_through_a_redis_kill_and_are_acked_when_it_r
             logging.getLogger().removeHandler(handler)
         assert client.xlen(keys.queue(0)) == 0
         client.close()
+        runs = rows(ids)
     text = out.getvalue()
     assert text.count("redis unreachable") == 1, text
     assert text.count("redis back after") == 1, text
+    # after the reconnect nothing was read again: each task was claimed once, and no entry came
+    # back as a duplicate of what this executor was running
+    assert [r["attempt"] for r in runs.values()] == [1, 1, 1] and "duplicate" not in text, text
 
 
 async def test_stopping_the_read_loop_while_redis_hangs_does_not_block_the_trio_thread(

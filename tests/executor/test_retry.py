@@ -5,8 +5,10 @@ from __future__ import annotations
 from db.models import DONE, FAILED
 from tests.executor.support import FAST_RETRIES, enqueue, row, running_daemon, task_spec
 from tests.helpers import await_until
+from tests.lifecycle import rule
 
 
+@rule("errors.retryable")
 async def test_a_retryable_error_is_retried_with_a_line_per_try_then_succeeds(xsettings, streams, db):
     (tid,) = enqueue(streams, [task_spec("flaky", failures=2)])
     async with running_daemon(xsettings) as daemon:
@@ -20,6 +22,7 @@ async def test_a_retryable_error_is_retried_with_a_line_per_try_then_succeeds(xs
     assert done["retry_count"] == 2 and done["attempt"] == 1
 
 
+@rule("errors.retryable")
 async def test_retries_stop_at_the_cap_and_the_row_fails_with_the_last_error(xsettings, streams, db):
     (tid,) = enqueue(streams, [task_spec("flaky", failures=99)])
     async with running_daemon(xsettings):

@@ -17,6 +17,7 @@ from redis.retry import Retry
 from db.database import make_database
 from executor.runner import retryable
 from ingest.errors import BadDocument, PermanentError
+from tests.lifecycle import rule
 from tests.procs import free_port
 
 
@@ -37,6 +38,7 @@ def two_rows(settings, db):
     return settings.db_url
 
 
+@rule("errors.retryable")
 def test_a_real_deadlock_is_retryable(two_rows):
     barrier = threading.Barrier(2, timeout=10)
     errors: list[BaseException] = []
@@ -79,6 +81,7 @@ def test_a_killed_connection_is_retryable(two_rows):
     assert isinstance(lost, peewee.DatabaseError) and retryable(lost)
 
 
+@rule("finish.lost-write")
 def test_a_commit_that_lost_its_connection_is_retryable(two_rows):
     """peewee then tries a ROLLBACK on the dead connection, and raises InterfaceError(0, '')."""
     victim, killer = make_database(two_rows, max_connections=1), make_database(two_rows, max_connections=1)
@@ -116,6 +119,7 @@ def test_a_redis_timeout_and_a_handlers_own_fail_after_are_retryable(settings):
     assert retryable(_caught(lambda: trio.run(slow_service)))
 
 
+@rule("errors.permanent")
 def test_bad_documents_bad_parameters_and_duplicate_keys_fail_at_once(two_rows):
     assert not retryable(BadDocument("not a PDF"))
     assert not retryable(PermanentError("bad parameters"))

@@ -8,9 +8,11 @@ import time
 from db.models import DONE, QUEUED, RUNNING
 from tests.executor.support import enqueue, row, statuses, task_spec
 from tests.helpers import wait_until
+from tests.lifecycle import rule
 from tests.procs import ExecutorProcess
 
 
+@rule("lease.hand-back")
 def test_sigterm_finishes_short_task_and_hands_long_one_back_to_another_executor(
     xsettings, streams, db, tmp_path
 ):

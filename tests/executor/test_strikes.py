@@ -17,6 +17,7 @@ from executor.claim import ClaimRules, validate_and_claim
 from ingest.strikes import Rule, list_strikes, read_mirror, restore, strike
 from tests.executor.support import all_in, enqueue, new_id, rows, running_daemon, task_spec
 from tests.helpers import await_until
+from tests.lifecycle import rule
 from tests.observe import scrape, total
 from tests.procs import PrivateRedis, free_port
 
@@ -41,6 +42,7 @@ async def _until_rules(daemon, count: int, within_s: float) -> float:
     return time.monotonic() - began
 
 
+@rule("validate.strike-holds")
 async def test_a_strike_holds_matching_tasks_only_and_restore_runs_them(
     xsettings, streams, rclient, keys, db
 ):
@@ -91,6 +93,7 @@ async def test_a_task_type_strike_holds_every_task_of_that_type(xsettings, strea
         await await_until(lambda: all_in(held, DONE), 10)
 
 
+@rule("validate.strike-holds")
 def test_a_rule_lifted_after_the_executor_loaded_it_holds_nothing(xsettings, streams, db):
     made = strike(xsettings, "noop")
     restore(xsettings, "noop")  # the executor below still has the rule cached
@@ -106,6 +109,7 @@ def test_a_rule_lifted_after_the_executor_loaded_it_holds_nothing(xsettings, str
     assert rows([tid])[tid]["status"] == RUNNING
 
 
+@rule("strikes.mirror-and-restore")
 async def test_rules_are_reloaded_after_a_redis_reconnect_and_the_outage_is_counted(xsettings, db, tmp_path):
     with PrivateRedis(tmp_path) as server:
         port = free_port()

@@ -7,6 +7,7 @@ from db.models import DEAD, DONE, RUNNING, Task
 from tests import handlers
 from tests.executor.support import all_in, enqueue, row, running_daemon, task_spec
 from tests.helpers import admit, await_until
+from tests.lifecycle import rule
 
 
 def _left_by_a_crashed_life(rclient, keys, task_ids, name="host_1", extra_deliveries=0):
@@ -18,6 +19,7 @@ def _left_by_a_crashed_life(rclient, keys, task_ids, name="host_1", extra_delive
         Task.update(status=RUNNING, owner=name, attempt=1).where(Task.id.in_(task_ids)).execute()
 
 
+@rule("read.own-pending-at-start")
 async def test_own_pending_entries_are_read_before_new_ones_after_a_restart_under_the_same_name(
     xsettings, streams, rclient, keys, db
 ):
@@ -31,6 +33,7 @@ async def test_own_pending_entries_are_read_before_new_ones_after_a_restart_unde
     assert all(row(t)["attempt"] == 2 and row(t)["owner"] == "host_1" for t in old)
 
 
+@rule("read.own-pending-at-start")
 async def test_an_own_pending_entry_delivered_too_often_is_dead_lettered_and_its_row_dead(
     xsettings, streams, rclient, keys, db
 ):

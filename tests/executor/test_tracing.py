@@ -95,3 +95,44 @@ def test_without_opentelemetry_the_executor_needs_none_of_it():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+class _CountingProvider(TracerProvider):
+    """Counts the spans the SDK was asked to start (sampled or not)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = 0
+
+    def get_tracer(self, *args, **kwargs):
+        tracer = super().get_tracer(*args, **kwargs)
+        start_span, provider = tracer.start_span, self
+
+        def counted(*a, **kw):
+            provider.started += 1
+            return start_span(*a, **kw)
+
+        tracer.start_span = counted
+        return tracer
+
+
+async def test_a_trace_ratio_traces_that_share_of_tasks_by_id_and_the_sdk_never_sees_the_rest(
+    xsettings, streams, db
+):
+    exporter = InMemorySpanExporter()
+    provider = _CountingProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    settings = xsettings.replace(extra_handlers=f"{xsettings.extra_handlers},{TASK_TYPES}")
+    ids = enqueue(streams, [task_spec("traced") for _ in range(40)])
+    chosen = {t for t in ids if tracing.sampled(t, 0.25)}
+    assert 0 < len(chosen) < 40  # (40 random ids: all or none at 0.25 is a chance of 1e-5)
+    async with running_daemon(settings, "host_1", tracing=tracing.Tracing(provider, ratio=0.25)):
+        await await_until(lambda: all_in(ids, DONE), 30)
+    spans = exporter.get_finished_spans()
+    traced = {s.attributes["ingest.task_id"] for s in spans if s.name.startswith("ingest.task.")}
+    assert traced == chosen
+    # each traced task: its span and its two children; an unsampled task's handler spans are the
+    # shared null context too, so the SDK started nothing for it
+    assert len(spans) == provider.started == 3 * len(chosen)
+    assert all(tracing.sampled(t, 0.25) for t in traced) and not tracing.sampled(ids[0], 0.0)
+    assert tracing.for_settings("console", ratio=0.0) is tracing.NO_TRACING  # nothing imported at 0

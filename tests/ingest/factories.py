@@ -42,6 +42,7 @@ def cli_env(settings: Any) -> dict[str, str]:
         "INGEST_DB_URL": settings.db_url,
         "INGEST_REDIS_URL": settings.redis_url,
         "INGEST_KEY_PREFIX": settings.key_prefix,
+        "INGEST_HOME": settings.home,
     }
 
 

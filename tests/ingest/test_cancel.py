@@ -12,8 +12,10 @@ from ingest.control import cancel
 from ingest.errors import NotFound
 from ingest.producer import submit_documents
 from tests.ingest.factories import cli_args, finish_task, make_pdf
+from tests.lifecycle import rule
 
 
+@rule("cancel.rows-then-keys")
 def test_cancel_a_document_cancels_its_unfinished_tasks_then_sets_cancel_keys(settings, rclient, keys):
     s = settings.replace(pages_per_task=1)
     (doc,) = submit_documents(s, [("a.pdf", make_pdf(4))], "kb1").documents

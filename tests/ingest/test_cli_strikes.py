@@ -14,6 +14,7 @@ from ingest.strikes import read_mirror
 from tests.executor.support import enqueue, rows, task_spec
 from tests.helpers import waiting
 from tests.ingest.factories import cli_args
+from tests.lifecycle import rule
 
 
 def _json(capsys):
@@ -71,6 +72,7 @@ def test_bad_rules_and_unknown_strikes_fail_with_the_reason(settings, db, capsys
     assert "no strikes in effect" in capsys.readouterr().out
 
 
+@rule("strikes.mirror-and-restore")
 def test_a_restore_that_stopped_partway_is_finished_by_running_it_again(
     settings, streams, rclient, keys, db, capsys, monkeypatch
 ):

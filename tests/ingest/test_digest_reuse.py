@@ -9,8 +9,10 @@ from ingest import ids
 from ingest.parser_config import DEFAULT_PARSER_CONFIG
 from ingest.producer import NO_PAGE_LIMIT, submit_documents
 from tests.ingest.factories import ack_all, all_messages, finish_task, make_pdf
+from tests.lifecycle import rule
 
 
+@rule("publish.digest-reuse")
 def test_same_content_reuses_done_tasks_and_publishes_nothing(settings, rclient, keys):
     first = submit_documents(settings, [("a.txt", b"same text")], "kb1")
     (old_task,) = first.documents[0].task_ids
@@ -50,6 +52,7 @@ def test_a_partly_done_pdf_reuses_the_done_ranges_and_queues_the_rest(settings, 
     assert [m["id"] for m in all_messages(rclient, keys)] == [new[1]]
 
 
+@rule("publish.digest-reuse")
 def test_a_changed_config_or_content_is_parsed_again(settings, rclient, keys):
     first = submit_documents(settings, [("a.txt", b"text")], "kb1")
     finish_task(first.documents[0].task_ids[0])

@@ -15,6 +15,7 @@ from db.database import unit
 from db.models import DONE, QUEUED, RUNNING, Chunk, Document, KnowledgeBase, Task
 from executor import sql
 from ingest.documents import lock_documents, recompute_documents
+from tests.lifecycle import rule
 
 DOC, OTHER = "d" * 32, "e" * 32
 CHUNKS = 4000  # the document's chunks, all of one task
@@ -105,6 +106,7 @@ def test_a_finished_document_with_no_older_generation_deletes_and_locks_no_chunk
 
 
 @pytest.mark.parametrize("old", [1, 500])
+@rule("finish.one-transaction")
 def test_a_finished_generation_locks_only_the_older_chunks_it_deletes(settings, db, old):
     _document(2, [DONE], chunks_of_first=10)
     with unit():

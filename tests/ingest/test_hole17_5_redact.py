@@ -49,11 +49,11 @@ def test_redact_url_never_shows_a_secret_in_odd_urls(url, shown):
 def test_cli_errors_show_the_url_without_the_password(settings, capsys):
     port_closed = "mysql://root:hunter2@tail@127.0.0.1:1/nodb"
     redis_closed = "redis://:hunter3@tail@127.0.0.1:1/0?password=hunter4"
-    assert main(["status", "--db-url", port_closed, "--redis-url", redis_closed]) == 1
+    assert main(["status", "--db-url", port_closed, "--redis-url", redis_closed]) == 3  # unreachable
     _, err = capsys.readouterr()
     assert "127.0.0.1:1" in err
     for secret in ("hunter2", "hunter3", "hunter4", "tail@"):
         assert secret not in err, err
-    assert main(["fleet", "--db-url", settings.db_url, "--redis-url", redis_closed]) == 1
+    assert main(["fleet", "--db-url", settings.db_url, "--redis-url", redis_closed]) == 3  # unreachable
     _, err = capsys.readouterr()
     assert "Redis unreachable at redis://:***@127.0.0.1:1/0?password=***" in err

@@ -13,6 +13,7 @@ from ingest.control import remove_document
 from ingest.producer import submit_documents
 from ingest.search import vector_blocks
 from ingest.store import store_chunks
+from tests.lifecycle import rule
 
 
 def _claim(task_id: str) -> int:
@@ -55,6 +56,7 @@ def _chunks_of(task_id: str) -> int:
         return Chunk.select().where(Chunk.task_id == task_id).count()
 
 
+@rule("publish.generations")
 def test_a_late_run_of_a_removed_document_leaves_no_chunks_and_a_resubmit_gets_new_task_ids(settings):
     first = submit_documents(settings, [("a.txt", b"the first a")], "kb1")
     (doc,) = first.documents
@@ -91,6 +93,7 @@ def test_a_running_task_writes_its_chunks_and_a_cancelled_one_cannot(settings):
     assert _chunks_of(b.task_ids[0]) == 0
 
 
+@rule("claim.fenced")
 def test_a_task_on_a_later_attempt_writes_under_that_attempt_and_not_under_an_older_one(settings):
     result = submit_documents(settings, [("a.txt", b"a")], "kb1")
     (doc,) = result.documents

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from ingest import ids
+from tests.lifecycle import rule
 
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
 
@@ -20,6 +21,7 @@ def test_ids_are_32_hex_and_the_same_for_the_same_inputs():
     assert task == ids.task_id(doc, 0, 12, 1)
 
 
+@rule("publish.generations")
 def test_each_id_changes_with_each_of_its_inputs():
     kb = ids.kb_id("default", "manuals")
     assert kb != ids.kb_id("other", "manuals") != ids.kb_id("default", "manual")

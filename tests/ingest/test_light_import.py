@@ -21,6 +21,11 @@ MODULES = (
     "ingest.cli.render",
     "ingest.cli.strikes",
     "ingest.cli.wait",
+    "ingest.cli.model",
+    "ingest.search",
+    "ingest.memory",
+    "ingest.query_encoder",
+    "ingest.api.app",
 )
 
 

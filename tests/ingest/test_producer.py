@@ -12,6 +12,7 @@ from ingest.producer import NO_PAGE_LIMIT, submit_documents
 from ingest.storage import location_for, open_storage
 from tests.helpers import waiting
 from tests.ingest.factories import make_pdf, stream_messages
+from tests.lifecycle import rule
 
 
 def _tasks(doc_id: str) -> list[Task]:
@@ -19,6 +20,7 @@ def _tasks(doc_id: str) -> list[Task]:
         return list(Task.select().where(Task.doc_id == doc_id).order_by(Task.from_page))
 
 
+@rule("publish.rows-first")
 def test_rows_then_one_message_per_task_on_the_priority_stream(settings, rclient, keys):
     result = submit_documents(settings, [("notes.TXT", b"hello")], "kb1", priority=1)
     assert result.refused == [] and result.published == 1
@@ -131,6 +133,7 @@ def test_parser_config_of_a_new_kb_is_the_defaults_plus_what_is_given(settings):
     assert docs["b.txt"] == {**DEFAULT_PARSER_CONFIG, "chunk_token_num": 64, "overlap_percent": 0}
 
 
+@rule("publish.rows-first")
 def test_bytes_are_stored_before_the_rows_and_read_back(settings):
     (doc,) = submit_documents(settings, [("a.txt", b"some text")], "kb1").documents
     with unit():

@@ -11,10 +11,12 @@ from ingest.cli import main
 from ingest.errors import PublishError, RetryableError
 from ingest.producer import enqueue_tasks, submit_documents
 from tests.ingest.factories import cli_args, make_pdf
+from tests.lifecycle import rule
 
 CLOSED = "redis://127.0.0.1:1/0"  # nothing listens there
 
 
+@rule("publish.failure-keeps-rows-queued")
 def test_submit_raises_publish_error_and_the_rows_stay_queued(settings):
     s = settings.replace(pages_per_task=1)
     with pytest.raises(PublishError) as caught:
@@ -36,6 +38,7 @@ def test_resubmit_without_redis_still_cancels_the_older_rows(settings):
         assert Task.get_by_id(first.task_ids[0]).status == CANCELLED
 
 
+@rule("publish.failure-keeps-rows-queued")
 def test_enqueue_tasks_raises_publish_error_with_rows_queued(settings):
     with pytest.raises(PublishError, match="2 task rows are queued"):
         enqueue_tasks(settings.replace(redis_url=CLOSED), [{"task_type": "memory"}, {"task_type": "memory"}])

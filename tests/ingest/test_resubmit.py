@@ -8,8 +8,10 @@ from db.models import CANCELLED, DONE, QUEUED, RUNNING, Document, Task
 from ingest.producer import submit_documents
 from ingest.storage import open_storage
 from tests.ingest.factories import finish_task, make_pdf, stream_messages
+from tests.lifecycle import rule
 
 
+@rule("publish.generations")
 def test_resubmit_is_a_new_generation_of_the_same_document(settings, rclient, keys):
     s = settings.replace(pages_per_task=2)
     first = submit_documents(s, [("a.pdf", make_pdf(4))], "kb1")
@@ -39,6 +41,7 @@ def test_resubmit_is_a_new_generation_of_the_same_document(settings, rclient, ke
     assert set(new.task_ids) <= set(published)
 
 
+@rule("publish.generations")
 def test_resubmit_of_queued_tasks_cancels_all_of_them(settings, rclient, keys):
     first = submit_documents(settings, [("a.txt", b"v1")], "kb1")
     second = submit_documents(settings, [("a.txt", b"v1")], "kb1")

@@ -9,8 +9,10 @@ from ingest.cli import main
 from ingest.control import cancel, retry
 from ingest.producer import submit_documents
 from tests.ingest.factories import ack_all, all_messages, cli_args, finish_task
+from tests.lifecycle import rule
 
 
+@rule("errors.permanent")
 def test_cli_retry_failed_requeues_and_publishes_each_failed_or_dead_task(settings, rclient, keys, capsys):
     result = submit_documents(settings, [("a.txt", b"a"), ("b.txt", b"b"), ("c.txt", b"c")], "kb1")
     a, b, c = result.task_ids
@@ -31,6 +33,7 @@ def test_cli_retry_failed_requeues_and_publishes_each_failed_or_dead_task(settin
     assert list(docs.values()).count(QUEUED) == 2
 
 
+@rule("publish.cancel-names-attempt")
 def test_retry_a_cancelled_task_clears_its_cancel_request(settings, rclient, keys):
     (doc,) = submit_documents(settings, [("a.txt", b"a")], "kb1").documents
     cancel(settings, doc.id)

@@ -14,6 +14,7 @@ from db.models import Chunk as ChunkRow
 from ingest.chunking import Chunk
 from ingest.errors import PermanentError
 from ingest.store import chunk_id, delete_task_chunks, record_embedding_model, store_chunks, vector_from_bytes
+from tests.lifecycle import rule
 
 
 @pytest.fixture(params=["mysql", "sqlite"])
@@ -57,12 +58,14 @@ def rows(task_id: str) -> list[tuple]:
         )
 
 
+@rule("chunks.deterministic-ids")
 def test_chunk_ids_come_from_task_and_position():
     assert chunk_id("t1", 0) == chunk_id("t1", 0)
     assert len({chunk_id("t1", 0), chunk_id("t1", 1), chunk_id("t2", 0)}) == 3
     assert len(chunk_id("t1", 0)) == 32 and int(chunk_id("t1", 0), 16) >= 0
 
 
+@rule("chunks.deterministic-ids")
 def test_a_rerun_writes_the_same_chunks_and_no_duplicates(any_db):
     first = write("t1", 700)  # more than one statement's worth
     second = write("t1", 700, tag="again")

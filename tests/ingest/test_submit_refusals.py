@@ -9,6 +9,7 @@ from db.models import Document
 from ingest.cli import main
 from ingest.producer import submit_documents
 from tests.ingest.factories import cli_args, stream_messages
+from tests.lifecycle import rule
 
 
 def _tree(tmp_path):
@@ -20,6 +21,7 @@ def _tree(tmp_path):
     return tmp_path
 
 
+@rule("publish.refusals")
 def test_unreadable_empty_and_too_large_files_are_refused_by_name_and_the_rest_enqueued(
     settings, tmp_path, rclient, keys
 ):
@@ -55,6 +57,7 @@ def test_an_empty_folder_is_refused(settings, tmp_path):
     ]
 
 
+@rule("publish.refusals")
 def test_cli_names_each_refused_file_on_stderr_and_exits_1(
     settings, tmp_path, capsys, monkeypatch, rclient, keys
 ):
