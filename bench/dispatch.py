@@ -92,7 +92,7 @@ def _drop(settings: Settings) -> None:
     with unit() as db:
         db.execute_sql(f"DROP DATABASE IF EXISTS `{settings.db_url.rsplit('/', 1)[1]}`")
     close_database()
-    client = connect(settings.redis_url)
+    client = connect(settings)
     keys = list(client.scan_iter(match=f"{settings.key_prefix}:*", count=1000))
     for i in range(0, len(keys), 500):
         client.delete(*keys[i : i + 500])
@@ -106,7 +106,7 @@ def _tasks(n: int) -> list[dict]:
 def baseline_enqueue(settings: Settings, n: int) -> float:
     """Raw cost: one insert_many per 1,000 rows plus pipelined XADD; tasks/s."""
     rows = [{"id": uuid.uuid4().hex, "task_type": "noop", "create_time": now_ms()} for _ in range(n)]
-    client = connect(settings.redis_url)
+    client = connect(settings)
     stream = f"{settings.key_prefix}:baseline"
     start = time.perf_counter()
     for i in range(0, n, 1000):
@@ -212,7 +212,7 @@ def paced_latency(settings: Settings, n: int, rate: float, log: Path) -> dict[st
     from ingest.producer import enqueue_tasks
 
     keys = Keys(settings.key_prefix)
-    client = connect(settings.redis_url)
+    client = connect(settings)
     proc = _start_executor(settings, "bench_1", log)
     try:
         while not client.exists(keys.executor("bench_1")):
@@ -285,7 +285,7 @@ def observed_drain(
     if on and observe in ("both", "tracing"):
         env["INGEST_TRACING"], module = "auto", "bench.traced_executor"
         env["INGEST_TRACE_RATIO"] = str(trace_ratio)
-    client = connect(settings.redis_url)
+    client = connect(settings)
     heartbeat = Keys(settings.key_prefix).executor("bench_0")
     proc = _start_executor(settings, "bench_0", log, env, module)
     try:
@@ -354,7 +354,7 @@ def fairness_drain(settings: Settings, n: int, mode: str, tenants: int, log: Pat
         for i in range(0, n, 1000):
             with unit():
                 bulk_insert_into_db(Task, rows[i : i + 1000])
-        client = connect(settings.redis_url)
+        client = connect(settings)
         stream = Keys(settings.key_prefix).queue(0)
         for i in range(0, n, 1000):
             pipe = client.pipeline(transaction=False)
@@ -452,7 +452,7 @@ def main() -> None:
     settings = _settings(name, args.concurrency)
     log = Path(f"/tmp/{name}.log")
     init_schema(settings.db_url)
-    Streams(connect(settings.redis_url), Keys(settings.key_prefix)).ensure_group()
+    Streams(connect(settings), Keys(settings.key_prefix)).ensure_group()
     try:
         if args.compare_observability:
             compare_observability(settings, args.n, args.runs, log, args.observe, args.trace_ratio)

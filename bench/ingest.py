@@ -92,7 +92,7 @@ def fresh_settings(base: Settings, db_name: str = DB_NAME, prefix: str = PREFIX)
     url = base.db_url.rsplit("/", 1)[0] + f"/{db_name}"
     settings = base.replace(db_url=url, key_prefix=prefix, stagger_s=0.0)
     drop_database(url)
-    client = connect(settings.redis_url)
+    client = connect(settings)
     keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
     if keys:
         client.delete(*keys)
@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.keep:
         close_database()
         drop_database(settings.db_url)
-        client = connect(settings.redis_url)
+        client = connect(settings)
         leftover = list(client.scan_iter(match=f"{PREFIX}:*", count=1000))
         if leftover:
             client.delete(*leftover)

@@ -17,6 +17,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
@@ -93,13 +94,46 @@ class Settings:
     """Every setting of the producer and the executor; see README's configuration table."""
 
     # repr=False: a traceback or a print of the settings never shows a password
-    redis_url: str = field(default="redis://127.0.0.1:6379/0", repr=False, metadata={"help": "Redis URL"})
+    redis_url: str = field(
+        default="redis://127.0.0.1:6379/0",
+        repr=False,
+        metadata={
+            "help": "Redis URL: redis://, rediss:// (TLS), unix://, redis+sentinel://HOST:PORT,…/MASTER/DB "
+            "or redis+cluster://HOST:PORT,…"
+        },
+    )
+    redis_password: str = field(
+        default="",
+        repr=False,
+        metadata={"help": "Redis password, over the URL's (prefer INGEST_REDIS_PASSWORD_FILE)"},
+    )
+    redis_sentinel_password: str = field(
+        default="",
+        repr=False,
+        metadata={"help": "the Sentinels' own password (prefer INGEST_REDIS_SENTINEL_PASSWORD_FILE)"},
+    )
+    redis_tls_ca_file: str = field(
+        default="", metadata={"help": "rediss://: the CA certificate to trust (empty: the system's)"}
+    )
+    redis_tls_cert_file: str = field(default="", metadata={"help": "rediss://: a client certificate"})
+    redis_tls_key_file: str = field(default="", metadata={"help": "rediss://: the client certificate's key"})
+    redis_tls_check_hostname: bool = field(
+        default=True, metadata={"help": "rediss://: the server's certificate must name its host"}
+    )
     db_url: str = field(
         default="mysql://root@127.0.0.1:3306/ingest",
         repr=False,
         metadata={"help": "database URL: mysql://user:pass@host:port/name or sqlite:///PATH"},
     )
-    key_prefix: str = field(default="ingest", metadata={"help": "prefix of every Redis key"})
+    db_password: str = field(
+        default="",
+        repr=False,
+        metadata={"help": "database password, over the URL's (prefer INGEST_DB_PASSWORD_FILE)"},
+    )
+    key_prefix: str = field(
+        default="ingest",
+        metadata={"help": "prefix of every Redis key (on a Cluster wrapped as a hash tag: {ingest})"},
+    )
     storage_url: str = field(
         default="", metadata={"help": "where documents' bytes live: empty = the database, file:///DIR"}
     )
@@ -231,6 +265,8 @@ class Settings:
         values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
             raw = environ.get(cls.env_name(f.name))
+            if f.name in SECRET_FIELDS:
+                raw = _secret(environ, cls.env_name(f.name))
             if raw is not None and raw != "":
                 values[f.name] = _convert(f, raw)
         for name, value in overrides.items():
@@ -245,6 +281,16 @@ class Settings:
         settings = cls(**values)
         settings.validate()
         return settings
+
+    def __post_init__(self) -> None:
+        # The database password goes into the URL every database call is made from; on a Redis
+        # Cluster the prefix becomes one hash tag (both idempotent: ``replace`` runs this again).
+        if self.db_password and self.db_url.startswith(("mysql://", "mariadb://", "mysql+pymysql://")):
+            object.__setattr__(self, "db_url", url_with_password(self.db_url, self.db_password))
+        if self.redis_url.lower().startswith(("redis+cluster://", "rediss+cluster://")):
+            from db.redis_client import cluster_prefix
+
+            object.__setattr__(self, "key_prefix", cluster_prefix(self.key_prefix))
 
     def validate(self) -> None:
         if self.max_concurrent_tasks < 1:
@@ -282,6 +328,35 @@ class Settings:
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
+
+
+# Settings that may come from a file instead (``INGEST_X_FILE``, the Docker-secrets convention).
+SECRET_FIELDS = ("redis_password", "redis_sentinel_password", "db_password")
+
+
+def _secret(environ: Mapping[str, str], name: str) -> str | None:
+    """``environ[name]``, or the text of the file ``environ[name + "_FILE"]`` names, without its
+    trailing newline; both set is an error (which one would win is a guess)."""
+    path = environ.get(name + "_FILE")
+    if not path:
+        return environ.get(name)
+    if environ.get(name):
+        raise ValueError(f"set {name} or {name}_FILE, not both")
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise ValueError(f"{name}_FILE: cannot read {path!r}: {exc.strerror}") from None
+    return text.removesuffix("\n").removesuffix("\r")
+
+
+def url_with_password(url: str, password: str) -> str:
+    """``url`` with ``password`` (percent-encoded) in its userinfo, in place of any there."""
+    scheme, _, rest = url.partition("://")
+    at = rest.partition("?")[0].rfind("@")  # a database name holds no @ (``quote_name``)
+    info, host = (rest[:at], rest[at + 1 :]) if at >= 0 else ("root", rest)
+    user = info.partition(":")[0]
+    return f"{scheme}://{user}:{quote(password, safe='')}@{host}"
 
 
 def setting_sources(environ: Mapping[str, str], **overrides: Any) -> list[dict[str, Any]]:

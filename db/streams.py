@@ -30,6 +30,7 @@ import redis
 
 from db.gate import GATE_LIB
 from db.keys import DEFAULT_TENANT, REQUEUE_TTL_S, Keys, check_tenant
+from db.redis_client import connect as connect  # re-exported: callers import it from here
 
 # Errors that mean "Redis is unreachable or restarting": back off and retry, don't fail.
 RETRYABLE_REDIS_ERRORS: tuple[type[Exception], ...] = (
@@ -59,30 +60,6 @@ def tenant_of(message: Mapping[str, Any]) -> str:
         return check_tenant(tenant) if tenant is not None else DEFAULT_TENANT
     except ValueError:
         return DEFAULT_TENANT
-
-
-# Every client of the project (executors, CLI, the HTTP API's pool): timeouts longer than the
-# longest blocking read; bytes that are not UTF-8 (a producer outside the contract) decode as
-# U+FFFD instead of failing the whole reply, so such a message is dead-lettered as not JSON.
-CLIENT_OPTIONS: dict[str, Any] = {
-    "decode_responses": True,
-    "encoding_errors": "replace",
-    "socket_timeout": 10,
-    "socket_connect_timeout": 5,
-    "socket_keepalive": True,
-    "health_check_interval": 30,
-}
-
-
-def connect(url: str) -> redis.Redis:
-    """A client for ``INGEST_REDIS_URL`` (:data:`CLIENT_OPTIONS`; a ``unix://`` socket takes no
-    TCP keepalive)."""
-    return redis.Redis.from_url(url, retry_on_timeout=False, **tcp_only(url, CLIENT_OPTIONS))
-
-
-def tcp_only(url: str, options: Mapping[str, Any]) -> dict[str, Any]:
-    """``options`` for a client of ``url``: a ``unix://`` socket takes no ``socket_keepalive``."""
-    return {k: v for k, v in options.items() if k != "socket_keepalive" or not url.startswith("unix:")}
 
 
 def encode_message(message: Mapping[str, Any]) -> str:

@@ -10,14 +10,12 @@ from typing import Any
 
 import redis
 import trio
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from db.config import Settings
 from db.database import RETRYABLE_DB_ERRORS, connection
 from db.gate import Gate
 from db.keys import Keys
-from db.streams import BLOCK_MS_MAX, RETRYABLE_REDIS_ERRORS, Entry, Streams, decode_entry, tcp_only
+from db.streams import BLOCK_MS_MAX, RETRYABLE_REDIS_ERRORS, Entry, Streams, connect, decode_entry
 from executor.book import STOP_LOST, Book, Claimed
 from executor.claim import ClaimPlan, ClaimRules, OwnTransactionNeeded, validate_and_claim
 from executor.context import Limiters
@@ -66,19 +64,12 @@ return {id, p[1][4] + 1, fields}
 """
 
 
-def read_client(url: str) -> redis.Redis:
+def read_client(settings: Settings) -> redis.Redis:
     """One connection of its own for the blocking reads, without hidden retries (a retried read
     could take entries whose first reply was lost; the orphan check finds those instead)."""
-    options = {
-        "decode_responses": True,
-        "encoding_errors": "replace",  # a message of bytes that are not UTF-8 is bad input, not a crash
-        "socket_timeout": BLOCK_MS_MAX / 1000 + 8,
-        "socket_connect_timeout": 5,
-        "socket_keepalive": True,
-        "single_connection_client": True,
-        "retry": Retry(NoBackoff(), 0),
-    }
-    return redis.Redis.from_url(url, **tcp_only(url, options))
+    return connect(
+        settings, socket_timeout=BLOCK_MS_MAX / 1000 + 8, single_connection=True, retries=False
+    )
 
 
 def _pairs(flat: list[str] | None) -> dict[str, str] | None:
@@ -120,7 +111,7 @@ class Collector:
         self.background = background  # start_soon in the daemon's nursery
         self._in_flight = trio.Semaphore(MAX_CLAIMS_IN_FLIGHT)
         self.redis_outage, self.db_outage = outages
-        self.reader = read_client(settings.redis_url)
+        self.reader = read_client(settings)
         self._own = streams.client.register_script(_OWN_ENTRIES)
         self._next_own = self.reader.register_script(_NEXT_OWN)
         self.gate = Gate(self.reader, self.keys)

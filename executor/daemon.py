@@ -90,7 +90,7 @@ class Daemon:
         self.redis_outage.on_failure = self.metrics.redis_disruption
         self.db_outage.on_failure = self.metrics.db_disruption
         self.tracing = tracing or tracing_for(settings.tracing, ratio=settings.trace_ratio)
-        self.health = Health(consumer, settings.redis_url, settings.db_url)
+        self.health = Health(consumer, settings)
         self.draining = False
         self._stop = trio.Event()
         self._grace: trio.CancelScope | None = None
@@ -223,7 +223,7 @@ class Daemon:
         self.limiters = Limiters.for_settings(s)
         await trio.to_thread.run_sync(init_database, s.db_url)
         vectors.use(s)  # the store chunk writes and removals go to (opened at its first use)
-        self.redis = connect(s.redis_url)
+        self.redis = connect(s)
         self.streams = Streams(self.redis, self.keys, slot_ms=slot_ms_for(s))
         metrics = self.metrics if self.metrics.enabled else None
         self.env = ExecutorEnv(s, self.limiters, self.consumer, self.redis, self.keys, metrics=metrics)

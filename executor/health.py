@@ -36,11 +36,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import orjson
-import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
+from db.config import Settings
 from db.database import DbUrl
+from db.streams import connect
 from executor.serving import SHED_RECENT_S, ServingStatistics, SmallServer
 
 log = logging.getLogger("executor.health")
@@ -74,9 +73,9 @@ class ProbeState:
 class RedisProbe:
     """``PING`` on a client of the probe's own, without hidden retries."""
 
-    def __init__(self, url: str) -> None:
-        self.client = redis.Redis.from_url(
-            url, socket_timeout=DEADLINE_S, socket_connect_timeout=DEADLINE_S, retry=Retry(NoBackoff(), 0)
+    def __init__(self, settings: Settings) -> None:
+        self.client = connect(
+            settings, socket_timeout=DEADLINE_S, socket_connect_timeout=DEADLINE_S, retries=False
         )
 
     def ping(self) -> None:
@@ -137,12 +136,15 @@ def _short(exc: BaseException) -> str:
 class Health:
     """The loop tick, the probes and the verdict; :meth:`serve` answers ``GET /`` from a thread."""
 
-    def __init__(self, consumer: str, redis_url: str, db_url: str) -> None:
+    def __init__(self, consumer: str, settings: Settings) -> None:
         self.consumer = consumer
         self.draining = False
         self.loop_tick = time.monotonic()
         self.probes = {"redis": ProbeState(), "database": ProbeState()}
-        self._probes: dict[str, Any] = {"redis": RedisProbe(redis_url), "database": DatabaseProbe(db_url)}
+        self._probes: dict[str, Any] = {
+            "redis": RedisProbe(settings),
+            "database": DatabaseProbe(settings.db_url),
+        }
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._server: SmallServer | None = None

@@ -103,7 +103,7 @@ def _letter(entry_id: str, fields: dict[str, str], replayed: dict[str, str]) -> 
 def list_dead(settings: Settings, *, limit: int | None = None) -> list[DeadLetter]:
     """Every dead letter, oldest first (at most ``limit``)."""
     keys = Keys(settings.key_prefix)
-    client = connect(settings.redis_url)
+    client = connect(settings)
     try:
         replayed = cast("dict[str, str]", client.hgetall(keys.dead_replayed))  # decoded replies
         out: list[DeadLetter] = []
@@ -122,7 +122,7 @@ def list_dead(settings: Settings, *, limit: int | None = None) -> list[DeadLette
 def recent_dead(settings: Settings, limit: int) -> list[DeadLetter]:
     """The newest ``limit`` dead letters, newest first (the dashboard's page)."""
     keys = Keys(settings.key_prefix)
-    client = connect(settings.redis_url)
+    client = connect(settings)
     try:
         replayed = cast("dict[str, str]", client.hgetall(keys.dead_replayed))  # decoded replies
         page = cast("list[tuple[str, dict[str, str]]]", client.xrevrange(keys.dead, count=limit))
@@ -169,7 +169,7 @@ def replay(settings: Settings, entry_ids: Sequence[str] | None = None) -> Replay
         rows = _requeue(by_task, found, skipped)
     keys = Keys(settings.key_prefix)
     if rows:
-        client = connect(settings.redis_url)
+        client = connect(settings)
         try:
             stamp = now_ms()
             # a task that dies again gets a dead letter of its own
@@ -230,7 +230,7 @@ def purge(settings: Settings, older_than_s: float) -> PurgeResult:
         raise ValueError("--older-than must not be negative")
     keys = Keys(settings.key_prefix)
     cutoff = int(time.time() * 1000 - older_than_s * 1000)
-    client = connect(settings.redis_url)
+    client = connect(settings)
     try:
         removed = int(client.xtrim(keys.dead, minid=f"{max(0, cutoff)}-0", approximate=False))
         marks = [eid for eid in cast("list[str]", client.hkeys(keys.dead_replayed)) if _ms_of(eid) < cutoff]

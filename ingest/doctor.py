@@ -52,7 +52,7 @@ def _redis(settings: Settings) -> list[Finding]:
 
     where = redact_url(settings.redis_url)
     try:
-        client = connect(settings.redis_url)
+        client = connect(settings)
         info = {**client.info("server"), **client.info("persistence"), **client.info("memory")}
     except (redis.RedisError, OSError) as exc:
         return [Finding("redis", False, f"unreachable at {where}: {exc}", "start Redis, or set INGEST_REDIS_URL")]

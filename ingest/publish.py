@@ -58,7 +58,7 @@ def send_cancels(
     keys = Keys(settings.key_prefix)
     ttl = max(1, int(settings.task_timeout_s))
     attempts = {str(r["id"]): r.get("attempt") for r in ended}
-    client = connect(settings.redis_url)
+    client = connect(settings)
     try:
         for chunk in _chunks(task_ids):
             pipe = client.pipeline(transaction=False)
@@ -121,7 +121,7 @@ def publish_messages(
     id can come back: a retried task, a document submitted again after ``rm``).
     """
     keys = Keys(settings.key_prefix)
-    client = connect(settings.redis_url)
+    client = connect(settings)
     streams = Streams(client, keys)
     sent = live = 0
     try:

@@ -56,7 +56,7 @@ def redis_summary(settings: Settings) -> dict[str, Any]:
     """Stream lengths and pending entries (and what waits at the fair gate before each), dead
     letters, live executors, fleet counters."""
     keys = Keys(settings.key_prefix)
-    client = connect(settings.redis_url)
+    client = connect(settings)
     try:
         streams = {}
         tenants = Gate(client, keys).tenants_at_gate()
@@ -174,7 +174,7 @@ def end_status(state: dict[str, Any]) -> str:
 def fleet(settings: Settings) -> list[dict[str, Any]]:
     """Every live executor's heartbeat (``executor:{consumer}``), with ``age_s`` added."""
     keys = Keys(settings.key_prefix)
-    client = connect(settings.redis_url)
+    client = connect(settings)
     try:
         names = sorted(client.scan_iter(match=keys.executor_pattern, count=1000))
         values = client.mget(names) if names else []

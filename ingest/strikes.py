@@ -394,7 +394,7 @@ def mirror(settings: Settings) -> int:
     init_database(settings.db_url)
     with unit():
         rules = [asdict(r) for r in load_active()]
-    client = connect(settings.redis_url)
+    client = connect(settings)
     try:
         key = Keys(settings.key_prefix).strikes
         pipe = client.pipeline(transaction=True)

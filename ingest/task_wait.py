@@ -35,7 +35,7 @@ class Waker:
         self.pubsub = None
         self.client = None
         try:
-            self.client = connect(settings.redis_url)
+            self.client = connect(settings)
             self.pubsub = self.client.pubsub(ignore_subscribe_messages=True)
             self.pubsub.subscribe(Keys(settings.key_prefix).updates)
         except redis.RedisError:

@@ -100,7 +100,7 @@ def set_limits(
             Tenant.update(**dict(changes), update_time=now).where(Tenant.id == tenant_id).execute()
         row = Tenant.get(Tenant.id == tenant_id)
     limits = _limits(settings, tenant_id, row)
-    client = connect(settings.redis_url)
+    client = connect(settings)
     try:
         keys = Keys(settings.key_prefix)
         mirror_limits(client, keys, [(tenant_id, limits.overrides)])
@@ -221,7 +221,7 @@ def standings(settings: Settings, tenant_ids: Sequence[str] | None = None) -> li
         for tenant, status, n in query.group_by(Task.tenant_id, Task.status).tuples():
             counts.setdefault(tenant, {})[status] = int(n)
         rows = {r.id: r for r in Tenant.select()}
-    client = connect(settings.redis_url)
+    client = connect(settings)
     try:
         gate = Gate(client, Keys(settings.key_prefix))
         names = set(tenant_ids) if tenant_ids is not None else {*counts, *rows, *gate.tenants_at_gate()}

@@ -11,11 +11,11 @@ import signal
 from collections import Counter
 from typing import Any
 
-import redis
 import trio
 
 from db.keys import Keys
 from db.models import Chunk, now_ms
+from db.streams import connect
 from executor.context import TaskContext, TaskResult
 from ingest.errors import PermanentError, RetryableError
 
@@ -123,7 +123,7 @@ async def chunks_then_hang(ctx: TaskContext) -> None:
 
 
 def _heartbeat_of(ctx: TaskContext) -> str:
-    client = redis.Redis.from_url(ctx.settings.redis_url, decode_responses=True)
+    client = connect(ctx.settings)
     try:
         return client.get(Keys(ctx.settings.key_prefix).executor(ctx.consumer)) or "no heartbeat"
     finally:

@@ -16,6 +16,7 @@ import redis
 
 from db.config import Settings
 from db.keys import Keys
+from db.streams import connect
 from tests.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,7 +54,7 @@ class ExecutorProcess:
         return self.proc.pid
 
     def heartbeat(self) -> dict[str, Any] | None:
-        client = redis.Redis.from_url(self.settings.redis_url, decode_responses=True)
+        client = connect(self.settings)
         try:
             raw = client.get(self.keys.executor(self.name))
         finally:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from db.config import Settings, parse_duration
+from db.config import SECRET_FIELDS, Settings, parse_duration
 from executor import health
 from ingest.cli import build_parser
 from tests.observe import require_binary
@@ -29,7 +29,8 @@ ENTRYPOINT_VARS = {"WS", "RESTART_BACKOFF_MIN_S", "RESTART_BACKOFF_MAX_S", "REST
 
 
 def _known_vars() -> set[str]:
-    return {Settings.env_name(f.name) for f in dataclasses.fields(Settings)} | ENTRYPOINT_VARS
+    names = {Settings.env_name(f.name) for f in dataclasses.fields(Settings)}
+    return names | {Settings.env_name(f) + "_FILE" for f in SECRET_FIELDS} | ENTRYPOINT_VARS
 
 
 def _verbs() -> set[str]:

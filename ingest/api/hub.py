@@ -162,7 +162,7 @@ class Hub:
         """The subscriber thread: one connection of its own, reconnecting with backoff."""
         backoff = BACKOFF_MIN_S
         while not self._stop.is_set():
-            client = connect(self.runtime.settings.redis_url)
+            client = connect(self.runtime.settings)
             started = time.monotonic()
             try:
                 self._listen_once(client, token)

@@ -13,7 +13,7 @@ from db.config import Settings
 from db.database import init_database
 from db.keys import Keys
 from db.results import Results
-from db.streams import CLIENT_OPTIONS, tcp_only
+from db.streams import connect
 
 T = TypeVar("T")
 
@@ -24,11 +24,9 @@ FILE_THREADS = 4  # reading uploaded files spooled to disk
 REDIS_POOL_TIMEOUT_S = 10
 
 
-def redis_pool(url: str, size: int) -> redis.BlockingConnectionPool:
-    """A pool that makes callers wait for a free connection instead of opening more."""
-    return redis.BlockingConnectionPool.from_url(
-        url, max_connections=size, timeout=REDIS_POOL_TIMEOUT_S, **tcp_only(url, CLIENT_OPTIONS)
-    )
+def redis_client(settings: Settings, size: int) -> redis.Redis:
+    """A client whose pool makes callers wait for a free connection instead of opening more."""
+    return connect(settings, max_connections=size, pool_timeout_s=REDIS_POOL_TIMEOUT_S)
 
 
 @dataclass
@@ -51,7 +49,7 @@ class Runtime:
         from ingest import vectors
 
         vectors.use(settings)
-        client = redis.Redis(connection_pool=redis_pool(settings.redis_url, REDIS_CONNECTIONS))
+        client = redis_client(settings, REDIS_CONNECTIONS)
         keys = Keys(settings.key_prefix)
         return cls(
             settings=settings,

@@ -42,7 +42,7 @@ def cmd_init(settings: Settings, args: argparse.Namespace) -> int:
     from db.streams import Streams, connect
 
     report = init_schema(settings.db_url)
-    client = connect(settings.redis_url)
+    client = connect(settings)
     try:
         keys = Keys(settings.key_prefix)
         missing = [s for s in keys.queues if not _has_group(client, s, keys.group)]

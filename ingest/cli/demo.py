@@ -88,7 +88,7 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
 
     settings = settings.replace(stagger_s=0.0, tenant_max_running=max(settings.tenant_max_running, 10))
     init_schema(settings.db_url)
-    client = connect(settings.redis_url)
+    client = connect(settings)
     try:
         Streams(client, Keys(settings.key_prefix)).ensure_group()
     finally:

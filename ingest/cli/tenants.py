@@ -88,7 +88,7 @@ def cmd_clear(settings: Settings, args: argparse.Namespace) -> int:
     from db.streams import connect
 
     older_ms = int(parse_duration(args.older_than) * 1000) if args.older_than else None
-    client = connect(settings.redis_url)
+    client = connect(settings)
     try:
         removed = Results(client, Keys(settings.key_prefix)).clear(
             older_than_ms=older_ms, now_ms=int(time.time() * 1000), tenant_id=args.tenant

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-import redis
 
 from db.config import Settings
 from db.keys import Keys
+from db.streams import connect
 from tests.handlers import EXTRA_HANDLERS
 
 
@@ -27,7 +27,7 @@ def nothing_left_pending(request: pytest.FixtureRequest) -> Iterator[None]:
     settings: Settings = request.getfixturevalue("settings")  # set up first, so torn down after
     yield
     keys = Keys(settings.key_prefix)
-    client = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+    client = connect(settings)
     try:
         for stream in keys.queues:
             pending = client.xpending(stream, keys.group)["pending"]
