@@ -106,7 +106,7 @@ class Client:
         if self._redis is None:
             from db.streams import connect
 
-            self._redis = connect(self.settings.redis_url)
+            self._redis = connect(self.settings)
         return self._redis
 
     # -- enqueue -----------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from db.models import CANCELLED, DONE, RUNNING
 from db.results import Results
 from db.streams import connect
 from ingest.cli import main
-from tests.executor.support import enqueue, running_daemon, statuses, task_spec
+from tests.executor.support import enqueue, rows, running_daemon, statuses, task_spec
 from tests.fixtures_docs import embedder  # noqa: F401 - the model, loaded once per session
 from tests.helpers import await_until
 from tests.redis.conftest import settings_on
@@ -92,8 +92,11 @@ async def test_the_whole_task_path_runs_as_a_user_confined_to_the_prefix(
             await trio.to_thread.run_sync(run, "retry", slow)
             try:
                 await await_until(lambda: statuses([slow])[slow] == DONE, 30)
-            except AssertionError:
-                raise AssertionError(f"{statuses([slow])} {admin.execute_command('ACL', 'LOG')}") from None
+            except (AssertionError, trio.TooSlowError):
+                row = rows([slow])[slow]
+                raise AssertionError(
+                    f"{row['status']} {row['progress_msg']!r} {admin.execute_command('ACL', 'LOG')}"
+                ) from None
             # a dead letter: a message that is not JSON
             admin.xadd(keys.queue(0), {"message": "not json"})
             await await_until(lambda: client.xlen(keys.dead) == 1, 20)
