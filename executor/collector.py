@@ -378,13 +378,18 @@ class Collector:
             self.spawn(claimed, True)
         self._follow_up(plan)
 
+    def recheck_soon(self) -> None:
+        """An orphan check within ``DEFER_RECHECK_S``: an entry left pending here (a deferred
+        one, or a lost run's) is validated again, so a row re-queued meanwhile gets its run."""
+        soon = time.monotonic() - ORPHAN_CHECK_S + DEFER_RECHECK_S
+        self._last_orphan_check = min(self._last_orphan_check, soon)
+
     def _defer(self, plan: ClaimPlan) -> None:
         """Entries of a task re-queued while a run of it here ends: neither run nor acked now;
         left pending (not held), an orphan check soon picks them up once that run is over."""
         if plan.deferred:
             self.book.settle([e.key for e in plan.deferred])
-            soon = time.monotonic() - ORPHAN_CHECK_S + DEFER_RECHECK_S
-            self._last_orphan_check = min(self._last_orphan_check, soon)
+            self.recheck_soon()
 
     def _follow_up(self, plan: ClaimPlan) -> None:
         """Once a batch's claim is committed: its log lines, acks and dead letters."""

@@ -258,6 +258,7 @@ class Daemon:
             (self.redis_outage, self.db_outage),
         )
         self.finisher.metrics = self.collector.metrics = self.runner.metrics = self.metrics
+        self.finisher.on_lost = self.collector.recheck_soon
         self.runner.tracing = self.tracing
         self._reliability_loops(s)
         self.strikes = StrikeBook(

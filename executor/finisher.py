@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -228,6 +228,9 @@ class Finisher:
         self._busy = False
         self._wake = trio.Event()
         self.dead_lettered = 0
+        # called when a run lost its task and left its entry pending here (the collector looks at
+        # such entries again soon: the row may want a run, e.g. a retry re-queued it meanwhile)
+        self.on_lost: Callable[[], None] = lambda: None
 
     def submit(self, outcome: Outcome) -> None:
         self._outcomes.append(outcome)
@@ -304,6 +307,7 @@ class Finisher:
                     "run lost its task: nothing written, nothing acked", extra=outcome.claimed.log_extra()
                 )
                 self.book.settle([outcome.claimed.entry.key])
+                self.on_lost()
             else:
                 fresh.append(_Settled(outcome, status))
         return fresh

@@ -43,3 +43,21 @@ async def test_a_task_requeued_while_it_runs_here_waits_for_that_run_then_runs_a
         await await_until(lambda: daemon.statistics().lost == 1, 10)
         await await_until(lambda: row(tid)["status"] == DONE and row(tid)["attempt"] == 2, 15)
     assert [tid, tid] == handlers.CALLS and rclient.xlen(keys.queue(0)) == 0
+
+
+async def test_a_task_requeued_while_its_entry_lives_runs_again_soon_after_the_lost_run(
+    xsettings, streams, rclient, keys, db
+):
+    """A retry while the run is going: the row queued, the message waiting for the live entry's
+    ack (``requeue``). The run loses its row and, as a lost run, acks nothing: its entry is looked
+    at again within seconds (not at the next 30 s orphan check) and the task runs."""
+    (tid,) = enqueue(streams, [task_spec("hang")])
+    handlers.CALLS.clear()
+    async with running_daemon(xsettings) as daemon:
+        await await_until(lambda: row(tid)["status"] == RUNNING, 10)
+        with unit():
+            Task.update(status=QUEUED, progress=0.0, task_type="noop").where(Task.id == tid).execute()
+        assert streams.publish_many([{"id": tid, "task_type": "noop", "priority": 0}], requeue=True) == ["deferred"]
+        await await_until(lambda: daemon.statistics().lost == 1, 10)
+        await await_until(lambda: row(tid)["status"] == DONE and row(tid)["attempt"] == 2, 8)
+    assert [tid, tid] == handlers.CALLS
