@@ -47,7 +47,7 @@ def _ingest(settings: Settings, *args: str, **env: str) -> subprocess.CompletedP
 
 
 def test_the_export_agrees_with_sentence_transformers_on_the_fixed_queries(onnx_export, embedder):
-    assert onnx_export["state"] == "made", onnx_export
+    assert onnx_export["state"] in ("made", "present"), onnx_export  # present: made by an earlier init
     assert set(onnx_export["cosines"]) == {name for name, _ in qe.AGREEMENT_QUERIES}
     assert onnx_export["min_cosine"] >= qe.MIN_COSINE
     export_dir = Path(onnx_export["export_dir"])
