@@ -29,6 +29,14 @@ KEEPALIVE_S = 15.0
 RETRY_MS = 2000
 
 
+# an endless body: no Content-Length, nothing cached, no proxy buffering
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
 def sse(event: str, data: Any) -> bytes:
     """One event in the ``text/event-stream`` format (the JSON holds no newline)."""
     return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
@@ -44,11 +52,7 @@ class EventStream(Response):
     ) -> None:
         # not Response.__init__: it would add a Content-Length of 0 to an endless body
         self.status_code, self.background = 200, None
-        self.raw_headers = [
-            (b"content-type", b"text/event-stream; charset=utf-8"),
-            (b"cache-control", b"no-cache"),
-            (b"x-accel-buffering", b"no"),
-        ]
+        self.raw_headers = list(SSE_HEADERS)
         self.runtime, self.watching, self.watcher = runtime, watching, watcher
         self.first, self.tenant_id = first, tenant_id
         self.id_ = first["task"]["id"] if first["kind"] == "task" else first["document"]["id"]

@@ -15,7 +15,6 @@ import contextlib
 import logging
 from typing import Any
 
-import orjson
 import peewee
 import trio
 from fastapi import Request
@@ -28,17 +27,14 @@ from ingest.api.dashboard.access import Viewer
 from ingest.api.dashboard.templating import render
 from ingest.api.dashboard.views import View
 from ingest.api.hub import Hub, TooManyWatchers
-from ingest.api.watch import until_disconnect
+from ingest.api.watch import SSE_HEADERS, until_disconnect
+from ingest.api.watch import sse as event
 
 log = logging.getLogger(__name__)
 
 KEEPALIVE_S = 15.0
 RETRY_MS = 2000
 UNAVAILABLE_WAIT_S = 2.0
-
-
-def event(name: str, data: Any) -> bytes:
-    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
 
 class PageStream(Response):
@@ -48,11 +44,7 @@ class PageStream(Response):
 
     def __init__(self, request: Request, view: View, who: Viewer, base: dict[str, Any]) -> None:
         self.status_code, self.background = 200, None
-        self.raw_headers = [
-            (b"content-type", b"text/event-stream; charset=utf-8"),
-            (b"cache-control", b"no-cache"),
-            (b"x-accel-buffering", b"no"),
-        ]
+        self.raw_headers = list(SSE_HEADERS)
         self.request, self.view, self.who, self.base = request, view, who, base
         self.hub: Hub = request.app.state.hub
         self._watching: contextlib.AbstractContextManager[Any] | None = None
