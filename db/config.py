@@ -158,6 +158,12 @@ class Settings:
     parse_timeout_s: float = field(
         default=900.0, metadata={"help": "time one parser or dataflow component may spend on one document"}
     )
+    parse_worker_nice: int = field(
+        default=10,
+        metadata={
+            "help": "niceness of parse worker processes (0-19; 0 keeps the executor's): parsing yields the cores to the encoder"
+        },
+    )
     max_chunk_chars: int = field(default=20000, metadata={"help": "characters one chunk may hold"})
     vector_store: str = field(
         default="mysql",

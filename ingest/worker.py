@@ -64,10 +64,15 @@ class WorkerBudget:
 
     max_memory_mb: int = 2048
     timeout_s: float = 900.0
+    nice: int = 10  # the worker process's niceness: parsing yields the cores to the encoder
 
     @classmethod
     def from_settings(cls, settings: Settings) -> WorkerBudget:
-        return cls(max_memory_mb=settings.worker_max_memory_mb, timeout_s=settings.parse_timeout_s)
+        return cls(
+            max_memory_mb=settings.worker_max_memory_mb,
+            timeout_s=settings.parse_timeout_s,
+            nice=settings.parse_worker_nice,
+        )
 
     @property
     def max_held_chars(self) -> int:
@@ -103,10 +108,19 @@ _job_budget = DEFAULT_BUDGET
 _retire = False  # set after a MemoryError: the worker is not reused
 
 
-def _init_worker(max_memory_mb: int, parent_pid: int) -> None:
-    """The worker's initializer: watch the parent, then cap the address space."""
+def _init_worker(max_memory_mb: int, parent_pid: int, nice: int = 0) -> None:
+    """The worker's initializer: watch the parent, lower its priority, cap the address space.
+
+    The niceness is what keeps an executor's embedding at the encoder's speed on a machine with
+    few cores: torch's intra-op threads (one per core) wait for their slowest one at every
+    operator, so a parse worker taking a core from one of them stalls the whole batch. A nice
+    worker still gets every cycle the encoder leaves (tokenizing, Python between batches, the
+    database writes), so parsing keeps ahead of the batches it feeds."""
     if os.getppid() != parent_pid:  # the executor died before this worker started
         os._exit(EXIT_ORPHANED)
+    if nice > 0:
+        with contextlib.suppress(OSError):
+            os.nice(nice)
     threading.Thread(target=_watchdog, args=(parent_pid,), name="budget-watchdog", daemon=True).start()
     if max_memory_mb > 0:
         _limit_memory(max_memory_mb << 20)
@@ -214,30 +228,31 @@ def _parse_and_chunk_job(
 
 # -- the executor side -----------------------------------------------------------------------
 
-_CONTEXTS: trio.lowlevel.RunVar[dict[int, Any]] = trio.lowlevel.RunVar("ingest_worker_contexts")
+_CONTEXTS: trio.lowlevel.RunVar[dict[tuple[int, int], Any]] = trio.lowlevel.RunVar("ingest_worker_contexts")
 
 
-async def _context(max_memory_mb: int) -> Any:
-    """This run's worker context for a memory cap: opened on first use, held open by a system
-    task until ``trio.run`` ends (so workers are reused across tasks, and never outlive it)."""
+async def _context(max_memory_mb: int, nice: int) -> Any:
+    """This run's worker context for a memory cap and niceness: opened on first use, held open
+    by a system task until ``trio.run`` ends (so workers are reused across tasks, and never
+    outlive it)."""
     try:
         contexts = _CONTEXTS.get()
     except LookupError:
         contexts = {}
         _CONTEXTS.set(contexts)
-    found = contexts.get(max_memory_mb)
+    found = contexts.get((max_memory_mb, nice))
     if found is None:
         ready = trio.Event()
-        found = contexts[max_memory_mb] = [ready, None]
-        trio.lowlevel.spawn_system_task(_hold_context, max_memory_mb, found)
+        found = contexts[(max_memory_mb, nice)] = [ready, None]
+        trio.lowlevel.spawn_system_task(_hold_context, max_memory_mb, nice, found)
     await found[0].wait()
     return found[1]
 
 
-async def _hold_context(max_memory_mb: int, box: list[Any]) -> None:
+async def _hold_context(max_memory_mb: int, nice: int, box: list[Any]) -> None:
     import trio_parallel
 
-    init = functools.partial(_init_worker, max_memory_mb, os.getpid())
+    init = functools.partial(_init_worker, max_memory_mb, os.getpid(), nice)
     with contextlib.suppress(trio_parallel.BrokenWorkerError):  # a worker slow to exit at the end
         async with trio_parallel.open_worker_context(
             init=init, retire=_retire_worker, grace_period=5.0
@@ -255,7 +270,7 @@ async def run_in_worker(
     import trio_parallel
 
     budget = budget or DEFAULT_BUDGET
-    ctx = await _context(budget.max_memory_mb)
+    ctx = await _context(budget.max_memory_mb, budget.nice)
     limit_s = budget.timeout_s * max(1, steps) + KILL_GRACE_S if budget.timeout_s > 0 else float("inf")
     try:
         with trio.move_on_after(limit_s):

@@ -74,3 +74,14 @@ async def test_content_errors_keep_their_message_across_the_process_boundary():
 async def test_workers_never_import_torch_or_sentence_transformers():
     sections = await parse_in_worker(b"# Title\n\nSome text to chunk.", "probe")
     assert [s.text for s in sections] == ["loaded: "]
+
+
+async def test_parse_workers_run_at_the_budgets_niceness_so_the_encoder_keeps_its_cores():
+    import os
+
+    from ingest.worker import WorkerBudget, run_in_worker
+
+    base = os.nice(0)
+    assert await run_in_worker(os.nice, 0, budget=WorkerBudget(nice=7)) == min(19, base + 7)
+    assert await run_in_worker(os.nice, 0, budget=WorkerBudget(nice=0)) == base
+    assert os.nice(0) == base  # the executor itself is never lowered
