@@ -3,6 +3,7 @@
     .venv/bin/python -m bench.dispatch [--n 10000] [--concurrency 10] [--paced 300 --rate 25]
     .venv/bin/python -m bench.dispatch --compare-observability [--observe both|metrics|tracing] [--n 5000] [--runs 5]
     .venv/bin/python -m bench.dispatch --compare-fairness [--n 10000] [--tenants 1000] [--runs 3]
+    .venv/bin/python -m bench.dispatch --compare-docket [--n 5000] [--runs 5]
 
 Prints, in one run on the same services:
 - enqueue tasks/s through the producer (rows upserted, guarded publish) beside a raw baseline
@@ -31,6 +32,8 @@ sampling (``OTEL_TRACES_SAMPLER=parentbased_traceidratio OTEL_TRACES_SAMPLER_ARG
 cost +32 µs, -22 % in one run. The cost is the SDK's ``start_span`` (five attributes validated)
 and ``end``: about 25 µs a span in a bare loop here. A real task (parse: hundreds of ms) does
 not notice either.
+With ``--compare-docket`` it prints our no-op drain with metrics served and scraped every second
+(as in production) beside Docket's no-op drain, ``--runs`` interleaved runs each, medians, ratio.
 A benchmark, not a test: the machine is shared, so read ratios, not absolute figures.
 """
 
@@ -394,6 +397,30 @@ def compare_fairness(settings: Settings, n: int, tenants: int, runs: int, log: P
     )
 
 
+def compare_docket(settings: Settings, n: int, runs: int, log: Path) -> None:
+    """Ours with metrics served and scraped every second beside Docket's no-op drain, interleaved."""
+    if docket_drain(min(n, 500), settings.max_concurrent_tasks) is None:  # warm-up, and is it there?
+        print("docket: not installed (pip install -e '.[bench]')")
+        return
+    observed_drain(settings, n, True, log, "metrics")  # warm-up, not counted
+    ours: list[float] = []
+    theirs: list[float] = []
+    for r in range(runs):
+        for side in ("ours", "docket") if r % 2 == 0 else ("docket", "ours"):
+            if side == "ours":
+                ours.append(observed_drain(settings, n, True, log, "metrics")[0])
+            else:
+                theirs.append(docket_drain(n, settings.max_concurrent_tasks) or float("nan"))
+        print(f"run {r + 1}/{runs}: ours {ours[-1]:8.0f}, docket {theirs[-1]:8.0f} tasks/s", flush=True)
+    print(_line("drain, ours, metrics on".ljust(28), ours, "tasks/s"))
+    print(_line("drain, docket".ljust(28), theirs, "tasks/s"))
+    ratio = statistics.median(ours) / statistics.median(theirs)
+    print(
+        f"ours / docket: {ratio:.2f} (goal >= 2); N={n}, concurrency {settings.max_concurrent_tasks}, "
+        f"{runs} interleaved runs each, load average {os.getloadavg()[0]:.1f}"
+    )
+
+
 def docket_drain(n: int, concurrency: int) -> float | None:
     try:
         import docket  # noqa: F401
@@ -433,6 +460,11 @@ def main() -> None:
         action="store_true",
         help="only the drain through the fair gate (1 tenant, --tenants tenants) beside the plain drain",
     )
+    parser.add_argument(
+        "--compare-docket",
+        action="store_true",
+        help="only our drain with metrics served and scraped beside Docket's, interleaved runs, medians",
+    )
     parser.add_argument("--tenants", type=int, default=1000, help="with --compare-fairness: the many")
     parser.add_argument(
         "--observe",
@@ -456,6 +488,9 @@ def main() -> None:
     try:
         if args.compare_observability:
             compare_observability(settings, args.n, args.runs, log, args.observe, args.trace_ratio)
+            return
+        if args.compare_docket:
+            compare_docket(settings, args.n, args.runs, log)
             return
         if args.compare_fairness:
             compare_fairness(settings, args.n, args.tenants, args.runs, log)
