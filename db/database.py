@@ -216,11 +216,6 @@ def connection() -> Iterator[peewee.Database]:
         yield db
 
 
-def greatest(a: Any, b: Any) -> Any:
-    """SQL ``GREATEST(a, b)`` on MySQL, ``MAX(a, b)`` on SQLite."""
-    return peewee.fn.GREATEST(a, b) if is_mysql() else peewee.fn.MAX(a, b)
-
-
 def lock_for_update(query: peewee.Select) -> peewee.Select:
     """``SELECT … FOR UPDATE`` where the database has it (SQLite locks the whole file anyway)."""
     return query.for_update() if is_mysql() else query

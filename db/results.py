@@ -117,13 +117,6 @@ class Results:
         )
         return orjson.loads(raw) if raw else None
 
-    def forget(self, task_ids: Sequence[str]) -> None:
-        """Remove these tasks' results (they are being published again)."""
-        for start in range(0, len(task_ids), 1000):
-            chunk = task_ids[start : start + 1000]
-            if chunk:
-                self.client.delete(*[self.keys.result(t) for t in chunk])
-
     def clear(self, *, older_than_ms: int | None, now_ms: int, tenant_id: str | None = None) -> int:
         """Remove results (finished more than ``older_than_ms`` ago, when given; of one tenant,
         when given); returns how many were removed."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import IO, Any
+from typing import IO
 
 from db.config import Settings
 
@@ -79,6 +79,3 @@ def setup_logging(settings: Settings, consumer: str, stream: IO[str] | None = No
     return handler
 
 
-def task_extra(**fields: Any) -> dict[str, Any]:
-    """``extra=`` for a task's log line, dropping empty fields."""
-    return {k: v for k, v in fields.items() if v not in (None, "")}

@@ -31,9 +31,6 @@ class Router:
             raise TypeError(f"handler for {task_type!r} must be callable")
         self._handlers[task_type] = handler
 
-    def handler_for(self, task_type: str) -> Handler | None:
-        return self._handlers.get(task_type)
-
     @property
     def task_types(self) -> list[str]:
         return sorted(self._handlers)

@@ -11,7 +11,7 @@ from functools import lru_cache
 from typing import Any
 
 from db.database import database, is_mysql
-from db.models import JSONField, Task
+from db.models import Task
 
 TASK_COLUMNS = [f.column_name for f in Task._meta.sorted_fields]
 
@@ -49,11 +49,6 @@ def pairs(ids: Sequence[str], values: Sequence[Any]) -> list[Any]:
     for i, v in zip(ids, values, strict=True):
         out += (i, v)
     return out
-
-
-def converters(model: Any) -> list[Any]:
-    """Per column of ``model``: the JSON decoder where the column holds JSON, else None."""
-    return [f.python_value if isinstance(f, JSONField) else None for f in model._meta.sorted_fields]
 
 
 def to_dict(names: Sequence[str], convert: Sequence[Any], values: Sequence[Any]) -> dict[str, Any]:

@@ -113,13 +113,6 @@ class ChunkConfig:
     def overlap_tokens(self) -> int:
         return self.chunk_token_num * self.overlap_percent // 100
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "chunk_token_num": self.chunk_token_num,
-            "delimiter": self.delimiter,
-            "overlap_percent": self.overlap_percent,
-        }
-
 
 @dataclass(frozen=True)
 class Chunk:

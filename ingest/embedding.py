@@ -108,11 +108,6 @@ def _load_sentence_transformer(model: str) -> Any:
     return st_model
 
 
-def encode_texts(model: str, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
-    """Blocking: ``texts`` embedded by ``model`` (loaded once per process)."""
-    return load_embedder(model).encode(texts, batch_size)
-
-
 @dataclass(frozen=True)
 class EmbeddingStatistics:
     """What the service has done: encode calls, texts, and calls shared by several tasks."""

@@ -303,13 +303,6 @@ async def parse_in_worker(
     return await run_in_worker(_parse_job, data, doc_type, from_page, to_page, extra_parsers(), budget=budget)
 
 
-async def chunk_in_worker(
-    sections: list[Section], config: ChunkConfig, model: str, *, budget: WorkerBudget | None = None
-) -> list[Chunk]:
-    """:func:`ingest.chunking.chunk_document` in a killable worker process."""
-    return await run_in_worker(chunk_document, sections, config, model, budget=budget)
-
-
 async def parse_and_chunk_in_worker(
     data: bytes,
     doc_type: str,
