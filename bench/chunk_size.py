@@ -2,6 +2,7 @@
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/chunk_size.py [--sizes 64,96,128,160,192,254,512]
     HF_HUB_OFFLINE=1 .venv/bin/python bench/chunk_size.py --compare-query-encoders [--sizes 192]
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/chunk_size.py --compare-backends [--sizes 192]
 
 Corpus: the demo documents of ``examples/`` (PDF and DOCX made by ``scripts/make_samples.py``)
 and the licence texts in /usr/share/common-licenses as distractors. Each question has a known
@@ -15,6 +16,10 @@ as the executor and ``ingest search``.
 ``--compare-query-encoders`` encodes the questions both ways a search can (sentence-transformers
 with torch, and the model's ONNX export: ``ingest.query_encoder``, made first if missing) and
 prints R@1 and MRR side by side, over the same chunk vectors; they must be equal (exit 1 if not).
+
+``--compare-backends`` lets each ``INGEST_EMBEDDING_BACKEND`` (torch, onnx, onnx-int8) embed both
+the chunks and the questions, as a knowledge base it made would be searched, and prints R@1,
+R@3, MRR, its encode rate and the cosine of its chunk vectors against torch's.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -206,8 +212,15 @@ def corpus() -> list[tuple[str, bytes, str]]:
 
 
 def measure(
-    size: int, docs: list[tuple[str, bytes, str]], model: str, question_sets: dict[str, tuple[list, object]]
+    size: int,
+    docs: list[tuple[str, bytes, str]],
+    model: str,
+    question_sets: dict[str, tuple[list, object]],
+    encoder: Any = None,
+    out: dict[str, Any] | None = None,
 ) -> dict[str, dict[str, float]]:
+    """Retrieval figures at chunk ``size``; the chunks embedded by ``encoder`` (default torch),
+    their vectors left in ``out["vectors"]`` when given."""
     config = ChunkConfig.from_parser_configs({"chunk_token_num": size, "overlap_percent": 10})
     names, texts = [], []
     for name, data, doc_type in docs:
@@ -215,8 +228,10 @@ def measure(
             names.append(name)
             texts.append(chunk.content)
     started = time.monotonic()
-    vectors = load_embedder(model).encode(texts, 32)
+    vectors = (encoder or load_embedder(model)).encode(texts, 32)
     encode_s = time.monotonic() - started
+    if out is not None:
+        out["vectors"] = vectors
     ids = [str(i) for i in range(len(texts))]
     normed = [_norm(t) for t in texts]
     budget_k = max(1, CONTEXT_BUDGET // size)
@@ -282,6 +297,54 @@ def compare_query_encoders(sizes: list[int]) -> int:
     return 0 if equal else 1
 
 
+def compare_backends(sizes: list[int]) -> int:
+    """INGEST_EMBEDDING_BACKEND side by side: each backend embeds the chunks and the questions
+    itself (as a knowledge base it made would be searched); R@1, MRR, chunks/s, and the cosine
+    of its chunk vectors with torch's. Exit 1 where onnx is not torch's equal, or int8 loses
+    more than 0.02 of R@1 or MRR on a set."""
+    import numpy as np
+
+    from ingest.model_export import export_int8
+    from ingest.query_encoder import backend_encoder
+
+    settings = Settings.from_env(os.environ)
+    made = export_int8(settings)  # the fp32 export first, then its quantization ("present" if there)
+    print(f"exports: {made.state} in {made.export_dir}")
+    backends = ("torch", "onnx", "onnx-int8")
+    encoders = {b: backend_encoder(settings.replace(embedding_backend=b)) for b in backends}
+    sets = {"demo": QUESTIONS, "licences": LICENCE_QUESTIONS, "all": QUESTIONS + LICENCE_QUESTIONS}
+    docs = corpus()
+    print(
+        f"{len(docs)} documents, model {encoders['torch'].identity}, overlap 10 %, load average "
+        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores\n"
+    )
+    print(
+        f"{'size':>5} {'backend':>10} {'set':>9} {'R@1':>6} {'R@3':>6} {'MRR':>6} {'chunks/s':>9} "
+        f"{'min cos':>8} {'mean cos':>8}"
+    )
+    ok = True
+    for size in sizes:
+        rows, vectors = {}, {}
+        for b in backends:
+            qsets = {name: (qs, encoders[b].encode([q for q, _, _ in qs])) for name, qs in sets.items()}
+            out: dict[str, Any] = {}
+            rows[b] = measure(size, docs, settings.embedding_model, qsets, encoders[b], out)
+            vectors[b] = np.asarray(out["vectors"])
+        for b in backends:
+            cos = (vectors[b] * vectors["torch"]).sum(axis=1)
+            for name in sets:
+                r, t = rows[b][name], rows["torch"][name]
+                rate = r["chunks"] / max(r["encode_s"], 1e-9)
+                print(
+                    f"{size:>5} {b:>10} {name:>9} {r['recall@1']:>6.3f} {r['recall@3']:>6.3f} "
+                    f"{r['mrr@10']:>6.3f} {rate:>9.1f} {cos.min():>8.4f} {cos.mean():>8.4f}"
+                )
+                loss = max(t["recall@1"] - r["recall@1"], t["mrr@10"] - r["mrr@10"])
+                if (b == "onnx" and cos.min() < 0.9999) or (b == "onnx-int8" and loss > 0.02):
+                    ok = False
+    return 0 if ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -292,7 +355,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="R@1 and MRR with queries encoded by torch and ONNX",
     )
+    parser.add_argument(
+        "--compare-backends",
+        action="store_true",
+        help="R@1, MRR, chunks/s and cosine against torch for INGEST_EMBEDDING_BACKEND torch, onnx, onnx-int8",
+    )
     args = parser.parse_args(argv)
+    if args.compare_backends:
+        return compare_backends([int(s) for s in (args.sizes or "192").split(",")])
     if args.compare_query_encoders:
         return compare_query_encoders([int(s) for s in (args.sizes or "192").split(",")])
     args.sizes = args.sizes or "64,96,128,160,192,254,512"

@@ -1,6 +1,6 @@
 """Benchmark: documents → searchable chunks through one executor, against the raw encode rate.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python bench/ingest.py [--docs 240] [--keep]
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/ingest.py [--docs 240] [--keep] [--backend torch|onnx|onnx-int8]
 
 Documents are real text found on the machine: the licences in /usr/share/common-licenses and
 the ``copyright`` files under /usr/share/doc (UTF-8 ones, duplicates dropped). The bench uses a
@@ -32,6 +32,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -160,6 +161,25 @@ def wait_terminal(task_ids: list[str], timeout_s: float) -> dict[str, int]:
         time.sleep(0.2)
 
 
+def raw_encoder(settings: Settings) -> tuple[Any, str]:
+    """The physical limit of the settings' backend: its encoder called directly on a list."""
+    batch = settings.embedding_batch
+    if settings.embedding_backend == "torch":
+        from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        model = SentenceTransformer(settings.embedding_model, device="cpu")
+        return (
+            lambda texts: model.encode(texts, batch_size=batch, normalize_embeddings=True),
+            "SentenceTransformer.encode",
+        )
+    from ingest.query_encoder import backend_encoder
+
+    encoder = backend_encoder(settings)
+    return (lambda texts: encoder.encode(texts, batch)), f"{settings.embedding_backend} encode (ONNX Runtime)"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=240, help="documents to ingest (≥ 200)")
@@ -168,11 +188,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--allocator", choices=("jemalloc", "default"), default="jemalloc", help="executor malloc"
     )
+    parser.add_argument(
+        "--backend",
+        choices=("torch", "onnx", "onnx-int8"),
+        default="torch",
+        help="INGEST_EMBEDDING_BACKEND of the executor, and of the raw baseline (onnx*: make the export first, "
+        "`ingest model export [--int8]`)",
+    )
     args = parser.parse_args(argv)
 
     from ingest.producer import submit_documents
 
-    settings = fresh_settings(Settings.from_env(os.environ))
+    settings = fresh_settings(Settings.from_env(os.environ)).replace(embedding_backend=args.backend)
     init_database(settings.db_url)
     docs = real_documents(args.docs)
     print(f"{len(docs)} documents, {sum(len(d) for _, d in docs) / 1e6:.1f} MB of text")
@@ -183,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         "INGEST_KEY_PREFIX": PREFIX,
         "INGEST_STAGGER_S": "0",
         "INGEST_LOG_LEVEL": "WARNING",
+        "INGEST_EMBEDDING_BACKEND": args.backend,
     }
     jemalloc = "" if args.allocator == "default" else find_jemalloc()
     if jemalloc:  # as entrypoint.sh runs executors
@@ -220,20 +248,14 @@ def main(argv: list[str] | None = None) -> int:
         f"executor CPU: {executor_cpu:.1f} s with its parse workers, {1000 * executor_cpu / len(contents):.1f} ms a chunk"
     )
 
-    from sentence_transformers import SentenceTransformer
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    model = SentenceTransformer(settings.embedding_model, device="cpu")
-    model.encode(contents[:64], batch_size=settings.embedding_batch)  # warm up, as the executor was
+    encode, raw_name = raw_encoder(settings)
+    encode(contents[:64])  # warm up, as the executor was
     me = psutil.Process()
     t0, cpu0 = time.monotonic(), sum(me.cpu_times()[:2])
-    model.encode(contents, batch_size=settings.embedding_batch, normalize_embeddings=True)
+    encode(contents)
     raw_s, raw_cpu = time.monotonic() - t0, sum(me.cpu_times()[:2]) - cpu0
     e2e_rate, raw_rate = len(contents) / elapsed, len(contents) / raw_s
-    print(
-        f"raw SentenceTransformer.encode: {raw_s:.1f} s, {raw_rate:.1f} chunks/s (batch {settings.embedding_batch})"
-    )
+    print(f"raw {raw_name}: {raw_s:.1f} s, {raw_rate:.1f} chunks/s (batch {settings.embedding_batch})")
     print(
         f"raw CPU: {raw_cpu:.1f} s, {1000 * raw_cpu / len(contents):.1f} ms a chunk; this process's RSS {me.memory_info().rss / 2**20:.0f} MiB"
     )

@@ -513,7 +513,7 @@ def _existing_documents(doc_ids: Sequence[str]) -> dict[str, tuple[int, str]]:
 def _task_rows(
     spec: _Spec, s: _Staged, generation: int, config: dict[str, Any], incarnation: str
 ) -> list[dict[str, Any]]:
-    model = ids.model_identity(spec.settings.embedding_model)
+    model = ids.embedding_identity(spec.settings.embedding_model, spec.settings.embedding_backend)
     rows = []
     for from_page, to_page in page_ranges(s.page_count, spec.settings.pages_per_task):
         rows.append(

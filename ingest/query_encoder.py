@@ -42,7 +42,7 @@ import xxhash
 
 from db.config import Settings
 from ingest.errors import PermanentError
-from ingest.ids import model_identity
+from ingest.ids import embedding_identity, model_identity
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,9 @@ ONNX_NAME = "model.onnx"
 EXPORT_RECORD = "export.json"
 REFUSED_RECORD = "refused.json"
 MIN_COSINE = 0.9999  # an export whose vectors agree less with sentence-transformers' is refused
+INT8_NAME = "model.int8.onnx"  # its int8 quantization (ingest model export --int8)
+INT8_RECORD = "int8.json"
+INT8_MIN_COSINE = 0.97  # a quantization agreeing less than this on the check set is refused
 SKIPPED_DIRS = ("onnx", "openvino")  # other formats of the same weights: not what we export
 SUPPORTED_MODULES = {
     "sentence_transformers.models.Transformer": "transformer",
@@ -152,6 +155,17 @@ class ExportLookup:
     @property
     def onnx_path(self) -> Path | None:
         return self.export_dir / ONNX_NAME if self.export_dir else None
+
+    @property
+    def int8_path(self) -> Path | None:
+        return self.export_dir / INT8_NAME if self.export_dir else None
+
+    def int8_ready(self) -> bool:
+        """The int8 quantization is there, made from this export and accepted."""
+        if self.state != "ready" or self.export_dir is None:
+            return False
+        record = read_json(self.export_dir / INT8_RECORD)
+        return bool(record and record.get("accepted")) and (self.export_dir / INT8_NAME).is_file()
 
 
 def find_export(settings: Settings, model: str | None = None) -> ExportLookup:
@@ -327,12 +341,14 @@ def _normalized(vectors: np.ndarray) -> np.ndarray:
 class OnnxQueryEncoder:
     """The model's transformer in ONNX Runtime, the rest of its pipeline in numpy."""
 
-    def __init__(self, model: str, directory: Path, onnx_path: Path, *, threads: int = 0) -> None:
+    def __init__(
+        self, model: str, directory: Path, onnx_path: Path, *, threads: int = 0, identity: str = ""
+    ) -> None:
         import onnxruntime
         from tokenizers import Tokenizer
 
         self.model = model
-        self.identity = model_identity(model)
+        self.identity = identity or model_identity(model)  # the int8 graph's vectors have their own
         self.pipeline = read_pipeline(directory)
         self.dim = self.pipeline.dim
         self.max_seq_length = self.pipeline.max_seq_length
@@ -390,13 +406,13 @@ def _cpu_threads() -> int:
 
 # -- which encoder a search uses --------------------------------------------------------------
 
-_encoders: dict[tuple[str, str, str], Encoder] = {}
-_lock = threading.Lock()
+_encoders: dict[tuple[str, ...], Encoder] = {}
+_lock = threading.RLock()  # query_encoder -> _choose -> backend_encoder re-enters it
 
 
 def query_encoder(settings: Settings) -> Encoder:
     """The process's query encoder for the settings' model (loaded once; blocking)."""
-    key = (settings.embedding_model, settings.home, settings.query_encoder)
+    key = ("query", settings.embedding_model, settings.home, settings.query_encoder, settings.embedding_backend)
     with _lock:
         encoder = _encoders.get(key)
         if encoder is None:
@@ -410,8 +426,46 @@ def encode_query(settings: Settings, query: str) -> np.ndarray:
     return vectors[0]  # type: ignore[no-any-return]  # numpy types an ndarray's row as Any
 
 
+def backend_encoder(settings: Settings) -> Encoder:
+    """The encoder ``INGEST_EMBEDDING_BACKEND`` names, for the executor's chunks (loaded once
+    per process; blocking): torch, the fp32 export (``onnx``) or its int8 quantization
+    (``onnx-int8``, identity ``{model}#onnx-int8``). An export that is not there is a
+    :class:`PermanentError` saying which ``ingest model export`` makes it: never a silent
+    fallback, since the backend decides what the vectors are."""
+    backend = settings.embedding_backend
+    if backend == "torch":
+        return _torch(settings.embedding_model)
+    key = ("backend", settings.embedding_model, settings.home, backend)
+    with _lock:
+        encoder = _encoders.get(key)
+        if encoder is None:
+            encoder = _encoders[key] = _load_backend(settings)
+        return encoder
+
+
+def _load_backend(settings: Settings) -> Encoder:
+    model, backend = settings.embedding_model, settings.embedding_backend
+    lookup = find_export(settings, model)
+    int8 = backend == "onnx-int8"
+    verb = "ingest model export --int8" if int8 else "ingest model export"
+    if lookup.state != "ready" or lookup.directory is None or lookup.onnx_path is None:
+        why = lookup.reason or f"the export of {model_identity(model)} is {lookup.state}"
+        raise PermanentError(f"INGEST_EMBEDDING_BACKEND={backend} but {why}: run `{verb}` on this host")
+    if not int8:
+        return OnnxQueryEncoder(model, lookup.directory, lookup.onnx_path)
+    if not lookup.int8_ready() or lookup.int8_path is None:
+        record = read_json(lookup.export_dir / INT8_RECORD) if lookup.export_dir else None
+        why = str(record.get("reason")) if record else f"no int8 quantization in {lookup.export_dir}"
+        raise PermanentError(f"INGEST_EMBEDDING_BACKEND=onnx-int8 but {why}: run `{verb}` on this host")
+    return OnnxQueryEncoder(
+        model, lookup.directory, lookup.int8_path, identity=embedding_identity(model, backend)
+    )
+
+
 def _choose(settings: Settings) -> Encoder:
     model = settings.embedding_model
+    if settings.embedding_backend == "onnx-int8":  # its vectors are their own: queries too
+        return backend_encoder(settings)
     if settings.query_encoder == "torch":
         return _torch(model)
     lookup = find_export(settings, model)

@@ -82,6 +82,7 @@ def search(
         raise PermanentError(
             f"knowledge base {kb_name!r} was embedded with {kb.embedding_model} (dimension "
             f"{kb.embedding_dim}); set INGEST_EMBEDDING_MODEL to that model to search it "
+            "(INGEST_EMBEDDING_BACKEND=onnx-int8 for a #onnx-int8 one, torch or onnx otherwise) "
             f"(now {embedder.identity}, dimension {embedder.dim})"
         )
     query_vector = embedder.encode([query])[0]

@@ -195,7 +195,8 @@ def record_embedding_model(kb_id: str, model: str, dim: int, note: str = "") -> 
             raise PermanentError(
                 f"knowledge base {kb.name!r} holds vectors of {kb.embedding_model or 'another model'} "
                 f"(dimension {kb.embedding_dim}); this executor embeds with {model} (dimension {dim}). "
-                "Use the knowledge base's model (INGEST_EMBEDDING_MODEL) or ingest into a new knowledge base"
+                "Use the knowledge base's model (INGEST_EMBEDDING_MODEL; INGEST_EMBEDDING_BACKEND=onnx-int8 "
+                "for a #onnx-int8 one, torch or onnx otherwise) or ingest into a new knowledge base"
             )
         if note and note not in (kb.note or ""):
             changes["note"] = f"{kb.note}\n{note}".strip() if kb.note else note

@@ -60,6 +60,25 @@ def onnx_export() -> dict[str, Any]:
     return made
 
 
+@pytest.fixture(scope="session")
+def onnx_int8_export(onnx_export: dict[str, Any]) -> dict[str, Any]:
+    """The export's int8 quantization, made once per test session by the real verb (``ingest
+    model export --int8 --json``: real quantization, real agreement check against torch)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "ingest", "model", "export", "--int8", "--json"],
+        cwd=ROOT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    made: dict[str, Any] = json.loads(result.stdout)
+    recorded = json.loads((Path(made["export_dir"]) / "int8.json").read_text())
+    made.update(cosines=recorded["cosines"], min_cosine=recorded["min_cosine"], record=recorded)
+    return made
+
+
 def ensure_kb(settings: Settings, name: str = "kb", **fields: Any) -> dict[str, Any]:
     init_database(settings.db_url)
     with unit():

@@ -7,10 +7,12 @@ once and kept in ``env.resources``.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
+from db.config import Settings
 from executor.context import ExecutorEnv, TaskContext
-from ingest.embedding import EmbeddingService
+from ingest.embedding import Embedder, EmbeddingService, load_embedder
 from ingest.errors import PermanentError
 from ingest.storage import location_for
 
@@ -21,14 +23,23 @@ def shared_embedding_service(env: ExecutorEnv) -> EmbeddingService:
     """The executor's one embedding service (made on first use, kept in ``env.resources``)."""
     service = env.resources.get(EMBEDDING_SERVICE)
     if service is None:
+        settings = env.settings
         service = EmbeddingService(
-            env.settings.embedding_model,
-            env.settings.embedding_batch,
+            settings.embedding_model,
+            settings.embedding_batch,
             env.limiters.embed_limiter,
+            # torch by default; INGEST_EMBEDDING_BACKEND=onnx|onnx-int8: the model's export
+            loader=load_embedder if settings.embedding_backend == "torch" else partial(_backend, settings),
             on_encoded=env.metrics.embedded if env.metrics is not None else None,
         )
         env.resources[EMBEDDING_SERVICE] = service
     return service
+
+
+def _backend(settings: Settings, _model: str) -> Embedder:
+    from ingest.query_encoder import backend_encoder
+
+    return backend_encoder(settings)  # type: ignore[return-value]  # the same interface (Encoder)
 
 
 def owned_document(ctx: TaskContext) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -14,6 +14,7 @@ CHOICES = {
     "log_level": ("DEBUG", "INFO"),
     "vector_store": ("milvus:///env.db", "http://milvus:19530"),
     "query_encoder": ("torch", "onnx"),
+    "embedding_backend": ("onnx", "onnx-int8"),
 }
 
 

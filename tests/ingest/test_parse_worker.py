@@ -71,7 +71,7 @@ async def test_content_errors_keep_their_message_across_the_process_boundary():
         await parse_and_chunk_in_worker(b"GIF89a....", "pdf", 0, 12, ChunkConfig(), "unused")
 
 
-async def test_workers_never_import_torch_or_sentence_transformers():
+async def test_workers_never_import_torch_sentence_transformers_or_onnxruntime():
     sections = await parse_in_worker(b"# Title\n\nSome text to chunk.", "probe")
     assert [s.text for s in sections] == ["loaded: "]
 
