@@ -24,6 +24,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display, no GUI toolkit
 
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 DPI = 110
 OURS, BASELINE = "#1f77b4", "#999999"
@@ -36,6 +37,21 @@ def _save(fig: Any, path: Path | str) -> Path:
     fig.savefig(out, dpi=DPI, format="png")
     plt.close(fig)
     return out
+
+
+def _plain_log_ticks(axis: Any) -> None:
+    """A log axis labelled 1, 2, 5, 10, 20 rather than 2×10⁰."""
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.6g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _p50_p99(values: Sequence[float]) -> tuple[float, float]:
+    """As bench.dispatch prints them: the median, and the value at index int(0.99 n)."""
+    ordered = sorted(values)
+    n = len(ordered)
+    p50 = (ordered[(n - 1) // 2] + ordered[n // 2]) / 2
+    return p50, ordered[min(n - 1, int(n * 0.99))]
 
 
 def _bars(ax: Any, labels: Sequence[str], values: Sequence[float], colours: Sequence[str], unit: str) -> None:
@@ -87,24 +103,29 @@ def start_latency(
     goal_p99_ms: float = 10.0,
 ) -> Path:
     """The paced run's start latencies as cumulative distributions (log scale), the goals marked."""
-    fig, ax = plt.subplots(figsize=(7, 3.8))
+    fig, ax = plt.subplots(figsize=(7.5, 4.4))
     for values, label, colour in (
         (returned_ms, "from submit returning", OURS),
         (called_ms, "from the call (producer included)", "#ff7f0e"),
     ):
         ordered = sorted(max(v, 1e-3) for v in values)
         share = [(i + 1) / len(ordered) for i in range(len(ordered))]
+        p50, p99 = _p50_p99(values)
+        label += f": p50 {p50:.1f}, p99 {p99:.1f} ms"
         ax.step(ordered, share, where="post", label=label, color=colour)
     ax.axvline(goal_p50_ms, color="green", linestyle=":", label=f"goal p50 ≤ {goal_p50_ms:g} ms")
     ax.axvline(goal_p99_ms, color="red", linestyle=":", label=f"goal p99 ≤ {goal_p99_ms:g} ms")
     ax.axhline(0.5, color=BASELINE, linewidth=0.5)
     ax.axhline(0.99, color=BASELINE, linewidth=0.5)
     ax.set_xscale("log")
+    _plain_log_ticks(ax.xaxis)
     ax.set_xlabel("start latency to the handler's first line, ms")
     ax.set_ylabel("share of tasks")
     ax.set_ylim(0, 1.02)
     ax.set_title(f"start latency: {len(returned_ms)} tasks at {rate:g}/s, idle executor", fontsize=10)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(
+        fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2
+    )  # below: clear of both curves
     return _save(fig, path)
 
 
@@ -155,6 +176,8 @@ def search_latency(path: Path | str, rows: Sequence[Mapping[str, Any]]) -> Path:
         )
     ax.set_xscale("log")
     ax.set_yscale("log")
+    _plain_log_ticks(ax.xaxis)
+    _plain_log_ticks(ax.yaxis)
     ax.set_xlabel("chunks in the knowledge base")
     ax.set_ylabel("search latency, ms (k = 10)")
     ax.set_title("search latency below the query's embedding (ingest.search.nearest)", fontsize=10)

@@ -61,7 +61,7 @@ def test_start_latency_distribution(tmp_path):
     returned = sorted(rng.lognormvariate(0.2, 0.5) for _ in range(300))  # ms, ~1.2 median
     called = sorted(r + rng.uniform(2, 6) for r in returned)
     out = plots.start_latency(tmp_path / "start_latency.png", returned_ms=returned, called_ms=called, rate=25)
-    _check_png(out, (7, 3.8))
+    _check_png(out, (7.5, 4.4))
 
 
 def test_ingest_rates(tmp_path):
