@@ -1,6 +1,6 @@
 """Dispatch benchmark: enqueue and drain N no-op tasks through the full path, beside baselines.
 
-    .venv/bin/python -m bench.dispatch [--n 10000] [--concurrency 10] [--paced 300 --rate 25]
+    .venv/bin/python -m bench.dispatch [--n 10000] [--concurrency 10] [--paced 300 --rate 25] [--plot DIR]
     .venv/bin/python -m bench.dispatch --compare-observability [--observe both|metrics|tracing] [--n 5000] [--runs 5]
     .venv/bin/python -m bench.dispatch --compare-fairness [--n 10000] [--tenants 1000] [--runs 3]
     .venv/bin/python -m bench.dispatch --compare-docket [--n 5000] [--runs 5]
@@ -13,6 +13,8 @@ Prints, in one run on the same services:
 - start latency p50/p99 from a paced run: an idle executor, tasks enqueued one at a time;
 - with the ``bench`` extra (pydocket) installed: Docket's no-op drain with the same N and
   concurrency (5 ms check interval), in a subprocess.
+With ``--plot DIR`` (matplotlib: the ``plots`` or ``bench`` extra) it also writes the run's
+figures as PNGs there (``bench.plots``): ``dispatch_drain.png``, ``start_latency.png``.
 With ``--compare-observability`` it prints instead the drain rate with metrics and tracing on
 (``INGEST_METRICS_PORT`` served and scraped every second, spans recorded by the OpenTelemetry SDK
 and batched to an exporter that drops them: ``bench.traced_executor``) beside the rate with both
@@ -207,11 +209,12 @@ def _drain_rate(ids: list[str]) -> float:
     return len(ids) / max((last - first) / 1000, 1e-3)
 
 
-def paced_latency(settings: Settings, n: int, rate: float, log: Path) -> dict[str, tuple[float, float]]:
-    """An idle executor, ``n`` tasks submitted one at a time at ``rate``/s. Two measures, ms,
-    (p50, p99): ``returned`` from ``enqueue_tasks`` returning (rows committed, message published)
-    to the handler's first line, as issue 13 defines start latency; ``called`` from the call, so
-    the producer's own insert, commit and publish are in it too (the figure printed before)."""
+def paced_latency(settings: Settings, n: int, rate: float, log: Path) -> dict[str, list[float]]:
+    """An idle executor, ``n`` tasks submitted one at a time at ``rate``/s. Two measures, each
+    task's latency in ms, sorted: ``returned`` from ``enqueue_tasks`` returning (rows committed,
+    message published) to the handler's first line, as issue 13 defines start latency; ``called``
+    from the call, so the producer's own insert, commit and publish are in it too (the figure
+    printed before). :func:`p50_p99` reads them."""
     from ingest.producer import enqueue_tasks
 
     keys = Keys(settings.key_prefix)
@@ -243,11 +246,15 @@ def paced_latency(settings: Settings, n: int, rate: float, log: Path) -> dict[st
             for t, r in Task.select(Task.id, Task.result).where(Task.id.in_(list(called))).tuples()
         }
 
-    def _p(sent: dict[str, float]) -> tuple[float, float]:
-        lat = sorted(first[t] - sent[t] for t in sent)
-        return statistics.median(lat), lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+    return {
+        "returned": sorted(first[t] - returned[t] for t in returned),
+        "called": sorted(first[t] - called[t] for t in called),
+    }
 
-    return {"returned": _p(returned), "called": _p(called)}
+
+def p50_p99(lat: list[float]) -> tuple[float, float]:
+    """(p50, p99) of sorted latencies."""
+    return statistics.median(lat), lat[min(len(lat) - 1, int(len(lat) * 0.99))]
 
 
 def _free_port() -> int:
@@ -478,7 +485,17 @@ def main() -> None:
         default=1.0,
         help="with --compare-observability: INGEST_TRACE_RATIO of the traced runs (default 1: every task)",
     )
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        metavar="DIR",
+        help="also write dispatch_drain.png and start_latency.png of this run there (the plots extra)",
+    )
     args = parser.parse_args()
+    if args.plot and (args.compare_observability or args.compare_fairness):
+        parser.error("--plot draws the default run's figures, not a --compare-* run's")
+    if args.plot:
+        from bench import plots  # before the run: a missing matplotlib fails at once
 
     name = f"bench_{uuid.uuid4().hex[:8]}"
     settings = _settings(name, args.concurrency)
@@ -506,12 +523,13 @@ def main() -> None:
             f"drain     : {drained:8.0f} tasks/s   (one executor, concurrency {args.concurrency}, N={args.n})"
         )
         lat = paced_latency(settings, args.paced, args.rate, log)
-        (p50, p99), (c50, c99) = lat["returned"], lat["called"]
+        (p50, p99), (c50, c99) = p50_p99(lat["returned"]), p50_p99(lat["called"])
         print(
             f"latency   : p50 {p50:.1f} ms, p99 {p99:.1f} ms from submit returning to the handler's first line "
             f"(goal p50 <= 2, p99 <= 10); from the call: p50 {c50:.1f}, p99 {c99:.1f}   "
             f"({args.paced} tasks at {args.rate:g}/s, idle executor)"
         )
+        dk = None
         if not args.no_docket:
             dk = docket_drain(args.n, args.concurrency)
             if dk is None:
@@ -521,6 +539,25 @@ def main() -> None:
                     f"docket    : {dk:8.0f} tasks/s   (no-op drain, same N and concurrency; "
                     f"ours/docket {drained / dk:.2f})"
                 )
+        if args.plot:
+            for out in (
+                plots.dispatch_rates(
+                    args.plot / "dispatch_drain.png",
+                    enqueue=rate,
+                    enqueue_raw=base,
+                    drain=drained,
+                    docket=dk,
+                    n=args.n,
+                    concurrency=args.concurrency,
+                ),
+                plots.start_latency(
+                    args.plot / "start_latency.png",
+                    returned_ms=lat["returned"],
+                    called_ms=lat["called"],
+                    rate=args.rate,
+                ),
+            ):
+                print(f"plot      : {out}")
     finally:
         _drop(settings)
     print(f"executor log: {log}")

@@ -1,6 +1,6 @@
 """Benchmark: documents → searchable chunks through one executor, against the raw encode rate.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python bench/ingest.py [--docs 240] [--keep] [--backend torch|onnx|onnx-int8]
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/ingest.py [--docs 240] [--keep] [--backend torch|onnx|onnx-int8] [--plot DIR]
 
 Documents are real text found on the machine: the licences in /usr/share/common-licenses and
 the ``copyright`` files under /usr/share/doc (UTF-8 ones, duplicates dropped). The bench uses a
@@ -89,7 +89,13 @@ def drop_database(url: str) -> None:
 
 
 def fresh_settings(base: Settings, db_name: str = DB_NAME, prefix: str = PREFIX) -> Settings:
-    """The bench's own database (dropped and created again) and key prefix (emptied)."""
+    """The bench's own database (dropped and created again) and key prefix (emptied). The benches
+    measure the services: with neither URL set (the embedded default), MariaDB and Redis on
+    127.0.0.1 (``BENCH_MYSQL_URL`` for another server), as the executors they start get too."""
+    if base.db_url.startswith("sqlite"):
+        base = base.replace(db_url=os.environ.get("BENCH_MYSQL_URL", "mysql://root@127.0.0.1:3306") + "/x")
+    if base.embedded:
+        base = base.replace(redis_url=Settings.redis_url)
     url = base.db_url.rsplit("/", 1)[0] + f"/{db_name}"
     settings = base.replace(db_url=url, key_prefix=prefix, stagger_s=0.0)
     drop_database(url)
@@ -195,7 +201,15 @@ def main(argv: list[str] | None = None) -> int:
         help="INGEST_EMBEDDING_BACKEND of the executor, and of the raw baseline (onnx*: make the export first, "
         "`ingest model export [--int8]`)",
     )
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        metavar="DIR",
+        help="also write ingest_rate.png of this run there (the plots extra)",
+    )
     args = parser.parse_args(argv)
+    if args.plot:
+        from bench import plots  # before the run: a missing matplotlib fails at once
 
     from ingest.producer import submit_documents
 
@@ -272,6 +286,17 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"load average now: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores (others' work slows either phase)"
     )
+    if args.plot:
+        out = plots.ingest_rates(
+            args.plot / "ingest_rate.png",
+            end_to_end=e2e_rate,
+            raw=raw_rate,
+            executor_ms_per_chunk=1000 * executor_cpu / len(contents),
+            raw_ms_per_chunk=1000 * raw_cpu / len(contents),
+            chunks=len(contents),
+            documents=len(docs),
+        )
+        print(f"plot: {out}")
     if not args.keep:
         close_database()
         drop_database(settings.db_url)

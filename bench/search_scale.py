@@ -1,6 +1,6 @@
 """Search at scale, per vector store backend: insert rate, search p50/p99, recall@10.
 
-    .venv/bin/python bench/search_scale.py [--sizes 10000,100000] [--queries 50] [--dim 384]
+    .venv/bin/python bench/search_scale.py [--sizes 10000,100000] [--queries 50] [--dim 384] [--plot DIR]
 
 One knowledge base of N chunks with synthetic vectors (normalised, drawn around 1,000 random
 centres, as embeddings of real text cluster), written as chunk rows in a MariaDB database of
@@ -89,9 +89,11 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
-def run(size: int, dim: int, n_queries: int, db_url: str) -> None:
+def run(size: int, dim: int, n_queries: int, db_url: str) -> list[dict[str, object]]:
+    """One size on each backend: prints a line each, returns the figures (for ``--plot``)."""
     from tests.conftest import _drop_database
 
+    measured: list[dict[str, object]] = []
     settings = Settings.from_env({}, db_url=db_url)
     _drop_database(db_url)
     folder = tempfile.mkdtemp(prefix="bench-milvus-")
@@ -115,11 +117,16 @@ def run(size: int, dim: int, n_queries: int, db_url: str) -> None:
                 f"p99 {1000 * pct(times, 99):>8.1f} ms  recall@10 {recall:.3f}  ({len(qs)} queries)",
                 flush=True,
             )
+            measured.append(
+                {"size": size, "backend": name, "p50_ms": 1000 * statistics.median(times),
+                 "p99_ms": 1000 * pct(times, 99), "recall": float(recall), "insert_rate": rate}
+            )  # fmt: skip
     finally:
         vectors.close_all()
         close_database()
         _drop_database(db_url)
         shutil.rmtree(folder, ignore_errors=True)
+    return measured
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,10 +135,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queries", type=int, default=50)
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--db-url", default="mysql://root@127.0.0.1:3306/bench_search_scale")
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        metavar="DIR",
+        help="also write search_latency.png of this run there (the plots extra)",
+    )
     args = parser.parse_args(argv)
+    if args.plot:
+        from bench import plots  # before the run: a missing matplotlib fails at once
     print(f"{'chunks':>9} {'backend':<12} (insert: rows/s for mysql, engine upserts/s for milvus)")
+    measured = []
     for size in (int(s) for s in args.sizes.split(",")):
-        run(size, args.dim, args.queries, args.db_url)
+        measured += run(size, args.dim, args.queries, args.db_url)
+    if args.plot:
+        print(f"plot: {plots.search_latency(args.plot / 'search_latency.png', measured)}")
     return 0
 
 

