@@ -187,7 +187,7 @@ class Settings:
         default="torch",
         metadata={
             "help": "what embeds chunks: torch (sentence-transformers), onnx (the model's fp32 ONNX "
-            "export: the same vectors) or onnx-int8 (its int8 quantization: 1.3x faster here on a "
+            "export: the same vectors) or onnx-int8 (its int8 quantization: 1.3-2x faster here on a "
             "CPU, vectors of their own, so a knowledge base embedded by it is searched by it only)"
         },
     )

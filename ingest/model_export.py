@@ -111,7 +111,7 @@ def export_int8(settings: Settings, *, force: bool = False) -> ExportResult:
     """The int8 quantization of the settings' model's export (made first when missing), for
     ``INGEST_EMBEDDING_BACKEND=onnx-int8``: ONNX Runtime's dynamic quantization of the MatMul
     weights, per output channel (all ops per tensor: mean cosine 0.94 against torch on the demo
-    chunks; MatMul per channel: 0.994, at 1.3x torch's speed here on the demo chunks). Checked on
+    chunks; MatMul per channel: 0.994, at 1.3x torch's encode speed on the demo chunks, 2x end to end). Checked on
     :data:`~ingest.query_encoder.AGREEMENT_QUERIES` like the export, and refused below
     :data:`~ingest.query_encoder.INT8_MIN_COSINE`; its vectors are ``{model}#onnx-int8``'s
     either way (see :func:`ingest.ids.embedding_identity`)."""
