@@ -30,13 +30,20 @@ async def test_two_hundred_thousand_nested_divs_parse_within_the_budget():
     assert elapsed < 30  # before: still running at the task timeout (seconds here, 6 of them parsing)
 
 
-def test_the_work_grows_linearly_with_the_depth():
-    times = []
-    for depth in (10_000, 40_000):
-        began = time.perf_counter()
+def _cpu_s(depth: int) -> float:
+    """This process's CPU seconds for one parse, the best of three: other processes on a shared
+    machine do not count, and one slow run (a collection, a context switch) does not decide."""
+    runs = []
+    for _ in range(3):
+        began = time.process_time()
         parse_document(_nested(depth), "html")
-        times.append(time.perf_counter() - began)
-    assert times[1] < 8 * times[0] + 0.5  # 4 times the depth: about 4 times the time, not 16
+        runs.append(time.process_time() - began)
+    return min(runs)
+
+
+def test_the_work_grows_linearly_with_the_depth():
+    small, large = _cpu_s(10_000), _cpu_s(40_000)
+    assert large < 8 * small + 0.5  # 4 times the depth: about 4 times the work, not 16
 
 
 # -- the same sections as the block pass gave before (its code, kept here as the reference) ---
