@@ -209,12 +209,16 @@ class SentinelGroup:
 
 # -- Cluster ----------------------------------------------------------------------------------
 class Cluster:
-    """Three masters with ``--cluster-enabled yes``, joined by ``redis-cli --cluster create``."""
+    """Three masters with ``--cluster-enabled yes``, joined by ``redis-cli --cluster create``.
+    Each node's bus port is a free port of its own (``--cluster-port``), not PORT + 10000:
+    a free port above 55535 would leave no room for that."""
 
     def __init__(self, d: Path, masters: int = 3) -> None:
         self.nodes: list[RedisServer] = []
         for i in range(masters):
-            port = free_port()
+            port, bus = free_port(), free_port()
+            while bus == port:
+                bus = free_port()
             nd = d / f"node{i}"
             self.nodes.append(
                 RedisServer(
@@ -228,6 +232,8 @@ class Cluster:
                         "yes",
                         "--cluster-config-file",
                         str(nd / "nodes.conf"),
+                        "--cluster-port",
+                        str(bus),
                         "--save",
                         "",
                         "--appendonly",
