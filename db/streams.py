@@ -341,9 +341,11 @@ class Streams:
         """Run script calls in one pipelined round trip; their replies in order.
 
         A Cluster pipeline takes no ``Script`` (its EVALSHA method is refused there): each call
-        goes as an EVALSHA command, the scripts loaded first on every master (once per
-        instance); a call refused NOSCRIPT (a master restarted or failed over since) did not
-        run, so it is run again on its own (the ``Script`` loads itself)."""
+        goes as an EVALSHA command to the node of its first key (told, or redis-py asks the
+        server for a pipelined EVALSHA's keys, one COMMAND GETKEYS round trip each), the scripts
+        loaded first on every master (once per instance); a call refused NOSCRIPT (a master
+        restarted or failed over since) did not run, so it is run again on its own (the
+        ``Script`` loads itself)."""
         pipe = self.client.pipeline(transaction=False)
         if not isinstance(self.client, redis.RedisCluster):
             for script, keys, args in calls:
@@ -353,7 +355,8 @@ class Streams:
             if script.sha not in self._loaded:
                 self._loaded.add(self.client.script_load(script.script))
         for script, keys, args in calls:
-            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            node = self.client.get_node_from_key(keys[0])
+            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args, target_nodes=node)
         replies = list(pipe.execute(raise_on_error=False))
         for i, reply in enumerate(replies):
             if isinstance(reply, redis.exceptions.NoScriptError):

@@ -53,6 +53,27 @@ def test_a_cluster_prefix_is_one_hash_tag(cluster, test_name):
             client.close()
 
 
+def test_pipelined_publishes_go_to_the_prefix_master_and_survive_a_flushed_script_cache(cluster, test_name):
+    with settings_on(test_name, redis_url=cluster.url) as s:
+        client = connect(s)
+        try:
+            keys = Keys(s.key_prefix)
+            streams = Streams(client, keys)
+            first = [{"id": f"a{i}", "task_type": "noop"} for i in range(50)]
+            assert all(streams.publish_many(first, chunk=20))
+            assert streams.publish_many(first) == [None] * 50  # each task has its live entry already
+            for n in cluster.nodes:  # as if each master restarted: its scripts are gone
+                node = redis.Redis(port=n.port)
+                node.script_flush()
+                node.close()
+            again = [{"id": f"b{i}", "task_type": "noop"} for i in range(50)]
+            assert all(streams.publish_many(again, chunk=20))  # each refused call run again, once
+            assert client.xlen(keys.backlog(0, "default")) == 100
+            assert streams.live_entries([m["id"] for m in first + again]) == [True] * 100
+        finally:
+            client.close()
+
+
 def test_the_task_path_runs_on_a_three_master_cluster(cluster, test_name, tmp_path, capsys):
     overrides = {
         "redis_url": cluster.url,
