@@ -4,6 +4,7 @@
     .venv/bin/python -m bench.dispatch --compare-observability [--observe both|metrics|tracing] [--n 5000] [--runs 5]
     .venv/bin/python -m bench.dispatch --compare-fairness [--n 10000] [--tenants 1000] [--runs 3]
     .venv/bin/python -m bench.dispatch --compare-docket [--n 5000] [--runs 5]
+    .venv/bin/python -m bench.dispatch --compare-cluster [--n 10000] [--runs 3]
 
 Prints, in one run on the same services:
 - enqueue tasks/s through the producer (rows upserted, guarded publish) beside a raw baseline
@@ -36,6 +37,11 @@ and ``end``: about 25 µs a span in a bare loop here. A real task (parse: hundre
 not notice either.
 With ``--compare-docket`` it prints our no-op drain with metrics served and scraped every second
 (as in production) beside Docket's no-op drain, ``--runs`` interleaved runs each, medians, ratio.
+With ``--compare-cluster`` it prints the enqueue and drain rates of no-op tasks on a private
+Redis Cluster of three masters (``redis+cluster://``: the prefix one hash tag, so the fleet's
+queue on one master) beside a private single ``redis-server`` started the same way (no
+persistence, ``tests.redis_servers``), ``--runs`` interleaved runs each (default 3), medians
+and the ratio; the database is the same MariaDB for both.
 A benchmark, not a test: the machine is shared, so read ratios, not absolute figures.
 """
 
@@ -428,6 +434,57 @@ def compare_docket(settings: Settings, n: int, runs: int, log: Path) -> None:
     )
 
 
+def compare_cluster(settings: Settings, n: int, runs: int, log: Path) -> None:
+    """Enqueue and drain ``n`` no-op tasks on a three-master Cluster and on one server, both
+    private and started the same way, ``runs`` interleaved runs each, after one warm-up run."""
+    import tempfile
+
+    from tests.redis_servers import Cluster, plain_redis
+
+    with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
+        single = plain_redis(Path(tmp) / "single")
+        cluster = None
+        try:
+            cluster = Cluster(Path(tmp) / "cluster")
+            targets = {
+                "single": settings.replace(redis_url=f"redis://127.0.0.1:{single.port}/0"),
+                "cluster": settings.replace(redis_url=cluster.url),  # the prefix becomes {…}
+            }
+            for s in targets.values():
+                client = connect(s)
+                Streams(client, Keys(s.key_prefix)).ensure_group()
+                client.close()
+            enqueued: dict[str, list[float]] = {m: [] for m in targets}
+            drained: dict[str, list[float]] = {m: [] for m in targets}
+            for s in targets.values():  # warm-up, not counted: the task table, each server's scripts
+                drain(s, producer_enqueue(s, min(n, 1000))[1], log)
+            for r in range(runs):
+                for mode in ("single", "cluster") if r % 2 == 0 else ("cluster", "single"):
+                    rate, ids = producer_enqueue(targets[mode], n)
+                    enqueued[mode].append(rate)
+                    drained[mode].append(drain(targets[mode], ids, log))
+                    print(
+                        f"run {r + 1}/{runs} {mode:>7}: enqueue {rate:8.0f} tasks/s, "
+                        f"drain {drained[mode][-1]:8.0f} tasks/s",
+                        flush=True,
+                    )
+        finally:
+            if cluster is not None:
+                cluster.close()
+            single.close()
+    for what, rates in (("enqueue", enqueued), ("drain", drained)):
+        for mode in targets:
+            print(_line(f"{what}, {mode}".ljust(18), rates[mode], "tasks/s"))
+    e = statistics.median(enqueued["cluster"]) / statistics.median(enqueued["single"])
+    d = statistics.median(drained["cluster"]) / statistics.median(drained["single"])
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(
+        f"cluster / single: drain {d:.3f} ({(d - 1) * 100:+.1f} %), enqueue {e:.3f} ({(e - 1) * 100:+.1f} %); "
+        f"N={n}, concurrency {settings.max_concurrent_tasks}, one executor, {runs} interleaved runs each; "
+        f"3 masters, every key of the prefix on one (load average {load})"
+    )
+
+
 def docket_drain(n: int, concurrency: int) -> float | None:
     try:
         import docket  # noqa: F401
@@ -461,7 +518,9 @@ def main() -> None:
         action="store_true",
         help="only the drain rate with metrics and tracing on vs off, interleaved runs, medians",
     )
-    parser.add_argument("--runs", type=int, default=5, help="with --compare-*: runs each way")
+    parser.add_argument(
+        "--runs", type=int, default=None, help="with --compare-*: runs each way (5; 3 with --compare-cluster)"
+    )
     parser.add_argument(
         "--compare-fairness",
         action="store_true",
@@ -473,6 +532,11 @@ def main() -> None:
         help="only our drain with metrics served and scraped beside Docket's, interleaved runs, medians",
     )
     parser.add_argument("--tenants", type=int, default=1000, help="with --compare-fairness: the many")
+    parser.add_argument(
+        "--compare-cluster",
+        action="store_true",
+        help="only enqueue and drain on a private 3-master Redis Cluster beside a private single server",
+    )
     parser.add_argument(
         "--observe",
         choices=OBSERVE,
@@ -492,7 +556,11 @@ def main() -> None:
         help="also write dispatch_drain.png and start_latency.png of this run there (the plots extra)",
     )
     args = parser.parse_args()
-    if args.plot and (args.compare_observability or args.compare_fairness):
+    if args.runs is None:
+        args.runs = 3 if args.compare_cluster else 5
+    if args.plot and (
+        args.compare_observability or args.compare_fairness or args.compare_docket or args.compare_cluster
+    ):
         parser.error("--plot draws the default run's figures, not a --compare-* run's")
     if args.plot:
         from bench import plots  # before the run: a missing matplotlib fails at once
@@ -511,6 +579,9 @@ def main() -> None:
             return
         if args.compare_fairness:
             compare_fairness(settings, args.n, args.tenants, args.runs, log)
+            return
+        if args.compare_cluster:
+            compare_cluster(settings, args.n, args.runs, log)
             return
         base = baseline_enqueue(settings, args.n)
         rate, ids = producer_enqueue(settings, args.n)

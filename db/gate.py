@@ -16,7 +16,8 @@ its deadline. A tenant found at its cap leaves ``ready`` for ``parked`` (scored 
 deadline); freeing one of its slots, or that deadline passing, puts it back. Idle executors
 block on the wake-up stream ``notify`` (``XADD MAXLEN 1``) instead of polling.
 
-The scripts build tenant keys from the names in :data:`db.keys.LUA_KEYS`; time is the
+The scripts build tenant keys from the names in :data:`db.keys.LUA_KEYS` (each declares one
+key of the prefix, so a Cluster routes it to the slot of the prefix's hash tag); time is the
 server's (``TIME``), so executors' clocks do not matter. See ``shared/FAIRNESS.md``.
 """
 
@@ -88,6 +89,7 @@ end
 _DISPATCH = (
     GATE_LIB
     + """
+-- KEYS: the wake-up stream (routes the call on a Cluster)
 -- ARGV: prefix, group, consumer, free slots, default max running, slot ms, park recheck ms,
 --       unpark-due max
 -- returns {{{stream, entries}, ...}, more (1: tenants left unscanned), last wake-up id}
@@ -174,6 +176,7 @@ return {out, more, last and last[1] or '0-0'}
 _UNPARK = (
     GATE_LIB
     + """
+-- KEYS: the parked set (routes the call on a Cluster)
 -- ARGV: prefix, tenants: each back into ready wherever it has backlog (a limit changed)
 local woke = 0
 for i = 2, #ARGV do
@@ -231,7 +234,7 @@ class Gate:
         """Admit up to ``free`` tasks round robin and read them (and any entry put on the
         priority streams directly) into ``consumer``'s pending list, high priority first."""
         reply, more, last = self._dispatch(
-            keys=[],
+            keys=[self.keys.notify],
             args=[
                 self.keys.prefix,
                 group,
@@ -250,7 +253,7 @@ class Gate:
         """Put tenants back into ``ready`` (after their limits changed); wakes the fleet."""
         if not tenant_ids:
             return False
-        return bool(self._unpark(keys=[], args=[self.keys.prefix, *tenant_ids]))
+        return bool(self._unpark(keys=[self.keys.parked], args=[self.keys.prefix, *tenant_ids]))
 
     def tenant(self, tenant_id: str, now_ms: int) -> TenantGate:
         pipe = self.client.pipeline(transaction=False)

@@ -127,6 +127,15 @@ def cluster_prefix(prefix: str) -> str:
     return prefix if "{" in prefix and "}" in prefix.split("{", 1)[1] else "{" + prefix + "}"
 
 
+def on_node_of(client: Any, key: str) -> dict[str, Any]:
+    """Options that send a command without a key (``CLIENT ID``, ``CLIENT UNBLOCK``, ``INFO``)
+    to the node that holds ``key`` on a Cluster (there ``client`` picks a node of its own);
+    nothing elsewhere."""
+    if isinstance(client, redis.RedisCluster):
+        return {"target_nodes": client.get_node_from_key(key)}
+    return {}
+
+
 def _userinfo(url: str) -> tuple[str, str]:
     netloc = urlsplit(url).netloc
     if "@" not in netloc:

@@ -15,6 +15,11 @@
 - ``remove_consumers``: XGROUP DELCONSUMER, only of consumers with no pending entry and no
   heartbeat (DELCONSUMER would drop a consumer's pending entries for good).
 
+Every script declares at least one key of the prefix (``KEYS[1]``), even one that builds the
+rest of its keys from the prefix in ARGV: on a Redis Cluster the client routes a script by its
+declared keys, and every key of a prefix shares one hash tag (``db.redis_client.cluster_prefix``),
+so the script runs on the node that holds them all.
+
 Messages are JSON in the single field ``message`` (see DESIGN.md, "Stream message").
 """
 
@@ -27,6 +32,7 @@ from typing import Any, cast
 
 import orjson
 import redis
+from redis.commands.core import Script
 
 from db.gate import GATE_LIB
 from db.keys import DEFAULT_TENANT, REQUEUE_TTL_S, Keys, check_tenant
@@ -69,6 +75,7 @@ def encode_message(message: Mapping[str, Any]) -> str:
 _PUBLISH = (
     GATE_LIB
     + """
+-- KEYS: the task's published key (routes the call on a Cluster)
 -- ARGV: prefix, priority, tenant, task id, message json, wake (1/0), requeue (1/0), requeue ttl
 -- The entry goes into the tenant's backlog; the fair gate admits it (db.gate). A task with a
 -- live entry gets none (false); with ``requeue``, if that entry is being processed (pending),
@@ -96,7 +103,7 @@ return id
 """
 )
 
-_WAKE = GATE_LIB + "wake(ARGV[1]) return 1"
+_WAKE = GATE_LIB + "-- KEYS: the wake-up stream\nwake(ARGV[1]) return 1"
 
 _ACK = (
     GATE_LIB
@@ -222,8 +229,9 @@ return {res[1], out}
 )
 
 _LIVE_ENTRIES = """
--- ARGV: prefix, task ids. Per task: 1 when its published key names an entry that exists; a key
--- whose entry is gone (trimmed, lost in a partial restore or a failover) is deleted: 0.
+-- KEYS: the tasks' published keys (route the call on a Cluster); ARGV: prefix, task ids.
+-- Per task: 1 when its published key names an entry that exists; a key whose entry is gone
+-- (trimmed, lost in a partial restore or a failover) is deleted: 0.
 local out = {}
 for i = 2, #ARGV do
   local pub = ARGV[1] .. ':published:' .. ARGV[i]
@@ -299,6 +307,7 @@ class Streams:
         self._reclaim = client.register_script(_RECLAIM)
         self._remove_consumers = client.register_script(_REMOVE_CONSUMERS)
         self._live_entries = client.register_script(_LIVE_ENTRIES)
+        self._loaded: set[str] = set()  # scripts loaded on every master (a Cluster's pipelines)
 
     # -- group -------------------------------------------------------------------------
     def ensure_group(self) -> None:
@@ -322,35 +331,65 @@ class Streams:
         """
         out: list[str | None] = []
         for start in range(0, len(messages), chunk):
-            pipe = self.client.pipeline(transaction=False)
-            for msg in messages[start : start + chunk]:
-                self._publish_one(msg, wake=False, client=pipe, requeue=requeue)
-            self._wake(keys=[], args=[self.keys.prefix], client=pipe)
-            out.extend(pipe.execute()[:-1])
+            batch = messages[start : start + chunk]
+            calls = [self._publish_call(msg, wake=False, requeue=requeue) for msg in batch]
+            calls.append((self._wake, [self.keys.notify], [self.keys.prefix]))
+            out.extend(self._pipelined(calls)[:-1])
         return out
+
+    def _pipelined(self, calls: Sequence[tuple[Script, list[str], list[Any]]]) -> list[Any]:
+        """Run script calls in one pipelined round trip; their replies in order.
+
+        A Cluster pipeline takes no ``Script`` (its EVALSHA method is refused there): each call
+        goes as an EVALSHA command to the node of its first key (told, or redis-py asks the
+        server for a pipelined EVALSHA's keys, one COMMAND GETKEYS round trip each), the scripts
+        loaded first on every master (once per instance); a call refused NOSCRIPT (a master
+        restarted or failed over since) did not run, so it is run again on its own (the
+        ``Script`` loads itself)."""
+        pipe = self.client.pipeline(transaction=False)
+        if not isinstance(self.client, redis.RedisCluster):
+            for script, keys, args in calls:
+                script(keys=keys, args=args, client=pipe)
+            return list(pipe.execute())
+        for script in {id(s): s for s, _, _ in calls}.values():
+            if script.sha not in self._loaded:
+                self._loaded.add(self.client.script_load(script.script))
+        for script, keys, args in calls:
+            node = self.client.get_node_from_key(keys[0])
+            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args, target_nodes=node)
+        replies = list(pipe.execute(raise_on_error=False))
+        for i, reply in enumerate(replies):
+            if isinstance(reply, redis.exceptions.NoScriptError):
+                script, keys, args = calls[i]
+                replies[i] = script(keys=keys, args=args)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
 
     def queue_product(self, message: Mapping[str, Any]) -> str | None:
         """Publish one message (guarded by the task's published key) and wake the fleet."""
-        return cast("str | None", self._publish_one(message, wake=True, client=self.client))
+        script, keys, args = self._publish_call(message, wake=True)
+        return cast("str | None", script(keys=keys, args=args))
 
-    def _publish_one(self, msg: Mapping[str, Any], *, wake: bool, client: Any, requeue: bool = False) -> Any:
+    def _publish_call(
+        self, msg: Mapping[str, Any], *, wake: bool, requeue: bool = False
+    ) -> tuple[Script, list[str], list[Any]]:
+        """The publish script with its keys and arguments for one message."""
         priority = int(msg.get("priority", 0))
         self.keys.queue(priority)  # refuses a priority outside the contract
         task_id = str(msg["id"])
-        return self._publish(
-            keys=[],
-            args=[
-                self.keys.prefix,
-                priority,
-                tenant_of(msg),
-                task_id,
-                encode_message(msg),
-                1 if wake else 0,
-                1 if requeue else 0,
-                REQUEUE_TTL_S,
-            ],
-            client=client,
-        )
+        args: list[Any] = [
+            self.keys.prefix,
+            priority,
+            tenant_of(msg),
+            task_id,
+            encode_message(msg),
+            1 if wake else 0,
+            1 if requeue else 0,
+            REQUEUE_TTL_S,
+        ]
+        return self._publish, [self.keys.published(task_id)], args
 
     # -- ack / dead letter ---------------------------------------------------------------
     def ack(self, consumer: str, items: Sequence[AckItem]) -> list[bool]:
@@ -430,7 +469,10 @@ class Streams:
         for start in range(0, len(task_ids), 1000):
             chunk = list(task_ids[start : start + 1000])
             if chunk:
-                out += [bool(x) for x in self._live_entries(keys=[], args=[self.keys.prefix, *chunk])]
+                found = self._live_entries(
+                    keys=[self.keys.published(t) for t in chunk], args=[self.keys.prefix, *chunk]
+                )
+                out += [bool(x) for x in found]
         return out
 
     def remove_consumers(self, stream: str, names: Sequence[str]) -> list[str]:

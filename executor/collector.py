@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from db.config import Settings
 from db.database import RETRYABLE_DB_ERRORS, connection
 from db.gate import Gate
 from db.keys import Keys
+from db.redis_client import on_node_of
 from db.streams import BLOCK_MS_MAX, RETRYABLE_REDIS_ERRORS, Entry, Streams, connect, decode_entry
 from executor.book import STOP_LOST, Book, Claimed
 from executor.claim import ClaimPlan, ClaimRules, OwnTransactionNeeded, validate_and_claim
@@ -162,8 +164,12 @@ class Collector:
             self.background(self._unblock, self._reader_id)
 
     async def _unblock(self, reader_id: int) -> None:
+        client = self.streams.client
         with contextlib.suppress(redis.RedisError):
-            await self.limiters.redis(self.streams.client.client_unblock, reader_id)
+            # on a Cluster, to the node the read blocks on (an id means nothing on another)
+            await self.limiters.redis(
+                functools.partial(client.client_unblock, reader_id, **on_node_of(client, self.keys.notify))
+            )
 
     def close(self) -> None:
         self.reader.close()
@@ -253,7 +259,7 @@ class Collector:
         """New entries through the fair gate (:mod:`db.gate`), high priority first, never more
         than ``free``; when nothing is admitted, block ≤ 2 s on the wake-up stream, then try once more."""
         if self._reader_id is None:
-            self._reader_id = int(self.reader.client_id())
+            self._reader_id = int(self.reader.client_id(**on_node_of(self.reader, self.keys.notify)))
         out = self._dispatch(free)
         if not out and not self.stopping:
             self.reader.xread({self.keys.notify: self._last_wake}, count=1, block=BLOCK_MS_MAX)

@@ -28,6 +28,7 @@ import trio
 
 from db.config import Settings
 from db.keys import Keys
+from db.redis_client import on_node_of
 from db.streams import RETRYABLE_REDIS_ERRORS, Entry, Streams
 from executor.book import Book
 from executor.context import Limiters
@@ -170,7 +171,7 @@ class Sweeper:
 
     def _redis_uptime_s(self) -> float:
         try:
-            info = self.client.info("server")
+            info = self.client.info("server", **on_node_of(self.client, self.keys.lock("sweep")))
         except redis.ResponseError:  # INFO refused (a managed Redis): assume it has been up
             return float("inf")
         return float(info.get("uptime_in_seconds", 0))

