@@ -26,7 +26,7 @@ from urllib.parse import unquote, urlsplit
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from redis.sentinel import Sentinel, SentinelConnectionPool
+from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
 
 # Every client of the project (executors, CLI, the HTTP API's pool): timeouts longer than the
 # longest blocking read; bytes that are not UTF-8 (a producer outside the contract) decode as
@@ -227,7 +227,34 @@ def _sentinel_pool(
         conn["ssl"] = True
     if max_connections:
         conn["max_connections"] = max_connections
-    return SentinelConnectionPool(master, manager, is_master=True, **conn)
+    return SentinelConnectionPool(
+        master, manager, is_master=True, connection_class=_FollowingConnection, **conn
+    )
+
+
+class _FollowingConnection(SentinelManagedConnection):
+    """A Sentinel-managed connection that asks for the master on every (re)connect.
+
+    redis-py 8 reconnects a broken connection inside ``send_packed_command`` through
+    ``connect_check_health``, which dials the address the connection last had, not the one the
+    Sentinels name: a client holding one connection (the collector's blocking reader) dialled a
+    SIGKILLed master for ever after a failover while the pool's other connections had moved on
+    (tests/redis/test_sentinel_failover.py)."""
+
+    def connect_check_health(self, check_health: bool = True, retry_socket_connect: bool = True) -> None:
+        if not self._sock and self.connection_pool.is_master:
+            self.host, self.port = self.connection_pool.get_master_address()
+        super().connect_check_health(check_health=check_health, retry_socket_connect=retry_socket_connect)
+
+    def _connect_retry(self) -> None:
+        if self._sock:
+            return
+        if self.connection_pool.is_master:  # connect_check_health asks for the master itself
+            self.connect_check_health(
+                check_health=self.connection_pool.check_connection, retry_socket_connect=False
+            )
+            return
+        super()._connect_retry()  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
 
 
 def _cluster(spec: RedisTarget, kwargs: dict[str, Any]) -> redis.RedisCluster:
