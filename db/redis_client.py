@@ -19,12 +19,15 @@ the password and TLS settings, whatever the URL's form.
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import redis
 from redis.backoff import NoBackoff
+from redis.exceptions import MaxConnectionsError
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
 
@@ -188,7 +191,7 @@ def connect(
     if spec.scheme in CLUSTER_SCHEMES:
         return _cluster(spec, kwargs)  # type: ignore[return-value]  # same commands, routed
     if spec.scheme in SENTINEL_SCHEMES:
-        pool: redis.ConnectionPool = _sentinel_pool(spec, kwargs, max_connections)
+        pool: redis.ConnectionPool = _sentinel_pool(spec, kwargs, max_connections, pool_timeout_s)
     elif max_connections:
         pool = redis.BlockingConnectionPool.from_url(
             _plain_url(spec.url), max_connections=max_connections, timeout=pool_timeout_s, **kwargs
@@ -209,7 +212,7 @@ def _plain_url(url: str) -> str:
 
 
 def _sentinel_pool(
-    spec: RedisTarget, kwargs: dict[str, Any], max_connections: int | None
+    spec: RedisTarget, kwargs: dict[str, Any], max_connections: int | None, pool_timeout_s: float
 ) -> SentinelConnectionPool:
     parts = _path_parts(spec.url)
     master = unquote(parts[0])
@@ -227,9 +230,45 @@ def _sentinel_pool(
         conn["ssl"] = True
     if max_connections:
         conn["max_connections"] = max_connections
+        return _BoundedSentinelPool(
+            master,
+            manager,
+            is_master=True,
+            connection_class=_FollowingConnection,
+            wait_s=pool_timeout_s,
+            **conn,
+        )
     return SentinelConnectionPool(
         master, manager, is_master=True, connection_class=_FollowingConnection, **conn
     )
+
+
+class _BoundedSentinelPool(SentinelConnectionPool):
+    """At ``max_connections``, a caller waits up to ``wait_s`` for a connection to come back,
+    as a plain URL's ``BlockingConnectionPool`` does (redis-py's Sentinel pool raises "Too many
+    connections" at once); then the same error."""
+
+    def __init__(self, *args: Any, wait_s: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
+        self._wait_s = wait_s
+        self._returned = threading.Condition()
+
+    def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        deadline = time.monotonic() + self._wait_s
+        while True:
+            try:
+                return super().get_connection(*args, **kwargs)
+            except MaxConnectionsError:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise
+            with self._returned:  # woken by a release; 50 ms at most, so a missed wake costs little
+                self._returned.wait(min(left, 0.05))
+
+    def release(self, connection: Any) -> None:
+        super().release(connection)
+        with self._returned:
+            self._returned.notify()
 
 
 class _FollowingConnection(SentinelManagedConnection):

@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 
+import pytest
 import redis
 
 from db.database import unit
@@ -136,3 +137,31 @@ def wait_until_changed(group: SentinelGroup, old_port: int, timeout_s: float) ->
 
     wait_until(moved, timeout_s, 0.1)
     return time.monotonic() - began
+
+
+def test_a_bounded_sentinel_pool_waits_for_a_connection_like_a_plain_one(settings, tmp_path):
+    """The HTTP API's pool (``max_connections``, ``pool_timeout_s``) on a Sentinel URL: a caller
+    past the limit waits for a connection to come back, and fails only after the timeout."""
+    require("redis-server")
+    group = SentinelGroup(tmp_path / "sentinel")
+    try:
+        s = settings.replace(redis_url=group.url())
+        waiting = connect(s, max_connections=2, pool_timeout_s=5.0)
+        short = connect(s, max_connections=2, pool_timeout_s=0.2)
+        for client in (waiting, short):
+            holders = [threading.Thread(target=client.blpop, args=(["no:such:list"], 1)) for _ in range(2)]
+            for t in holders:
+                t.start()
+            time.sleep(0.3)  # both connections held by the blocked pops
+            began = time.monotonic()
+            if client is waiting:
+                assert client.ping() and 0.3 < time.monotonic() - began < 3  # got one as a pop ended
+            else:
+                with pytest.raises(redis.exceptions.MaxConnectionsError):
+                    client.ping()
+                assert time.monotonic() - began >= 0.2
+            for t in holders:
+                t.join(5)
+            client.close()
+    finally:
+        group.close()
