@@ -106,6 +106,7 @@ def write_outcomes(outcomes: list[Outcome]) -> list[str | None]:
             state = _write(live, doc_ids)
     else:  # one fenced UPDATE: atomic by itself
         state = _write(live, doc_ids)
+    _forget_cancelled([tid for tid, st in state.items() if st == CANCELLED])
     return [state.get(o.task_id) if o.kind != LOST else None for o in outcomes]
 
 
@@ -126,10 +127,22 @@ def _write(live: list[Outcome], doc_ids: list[str]) -> dict[str, str | None]:
     cancelled = [tid for tid, st in state.items() if st == CANCELLED]
     if cancelled:  # a cancelled run's chunks go with it
         Chunk.delete().where(Chunk.task_id.in_(cancelled)).execute()
-        vectors.forget(task_ids=cancelled)  # in the transaction: a cancelled run's chunks are no hits
     if doc_ids:
         recompute_documents(doc_ids)
     return state
+
+
+def _forget_cancelled(task_ids: list[str]) -> None:
+    """A cancelled run's vectors out of the engine, after the commit that removed its chunk rows
+    (a rolled-back cancel keeps both). Search already drops a hit without its row, so an engine
+    that refuses now leaves vectors nobody finds: logged, and counted by ``ingest status``
+    (its engine count differs), which ``ingest reindex`` repairs; the outcome stands."""
+    if not task_ids:
+        return
+    try:
+        vectors.forget(task_ids=task_ids)
+    except Exception as exc:  # noqa: BLE001 - any engine error: the rows are the record
+        log.warning("cancelled runs' vectors not removed from the engine: %s: %s", type(exc).__name__, exc)
 
 
 def _write_one_by_one(batch: list[Outcome]) -> tuple[list[str | None] | None, BaseException | None]:

@@ -131,7 +131,6 @@ def _upsert(task_id: str, rows: list[dict[str, Any]], attempt: int | None = None
         ]
         if stale:
             ChunkRow.delete().where(ChunkRow.id.in_(stale)).execute()
-            vectors.forget(ids=stale)
         for batch in _batches(rows):
             query = ChunkRow.insert_many(batch)
             if is_mysql():
@@ -140,6 +139,8 @@ def _upsert(task_id: str, rows: list[dict[str, Any]], attempt: int | None = None
                 query = query.on_conflict(conflict_target=[ChunkRow.id], preserve=preserve)
             query.execute()
         _index(rows)
+    if stale:  # after the commit: a rolled-back rewrite keeps its rows, so their vectors stay too
+        vectors.forget(ids=stale)
 
 
 def _index(rows: list[dict[str, Any]]) -> None:

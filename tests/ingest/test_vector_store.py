@@ -44,12 +44,27 @@ def _tenant_chunks(tenant: str, embedder, texts: list[str]) -> tuple[str, list[s
     task_id = ids.task_id(doc_id, 0, 100_000_000, 1)
     with unit():
         KnowledgeBase.create(id=kb_id, tenant_id=tenant, name="kb")
-        Document.create(id=doc_id, kb_id=kb_id, tenant_id=tenant, name="notes.txt", doc_type="txt", generation=1)
-        Task.create(id=task_id, doc_id=doc_id, kb_id=kb_id, tenant_id=tenant, generation=1, status="running", attempt=1)
+        Document.create(
+            id=doc_id, kb_id=kb_id, tenant_id=tenant, name="notes.txt", doc_type="txt", generation=1
+        )
+        Task.create(
+            id=task_id,
+            doc_id=doc_id,
+            kb_id=kb_id,
+            tenant_id=tenant,
+            generation=1,
+            status="running",
+            attempt=1,
+        )
     record_embedding_model(kb_id, embedder.identity, embedder.dim)
     chunks = [Chunk(t, 0, 5, i) for i, t in enumerate(texts)]
     stored = store_chunks(
-        kb_id=kb_id, doc_id=doc_id, task_id=task_id, generation=1, chunks=chunks, vectors=embedder.encode(texts)
+        kb_id=kb_id,
+        doc_id=doc_id,
+        task_id=task_id,
+        generation=1,
+        chunks=chunks,
+        vectors=embedder.encode(texts),
     )
     return kb_id, stored
 
@@ -92,11 +107,45 @@ def test_a_cancelled_run_s_chunks_leave_the_engine(vsettings, embedder):  # noqa
     assert engine_count(kb["id"]) == row_count(kb["id"]) == 0
 
 
-def test_reindex_after_the_engine_s_file_is_lost_restores_the_same_results(settings, embedder, tmp_path, capsys):  # noqa: F811
+def test_a_rewrite_that_rolls_back_keeps_its_vectors_in_the_engine(vsettings, embedder, monkeypatch):  # noqa: F811
+    """Stale chunks leave the engine only after the transaction that deleted their rows commits:
+    a rewrite that fails midway (here the engine upsert of its new rows) keeps rows and vectors."""
+    from ingest import store
+
+    texts = [f"Fact {i} about tides and the moon." for i in range(5)]
+    kb_id, stored = _tenant_chunks("default", embedder, texts)
+    assert engine_count(kb_id) == row_count(kb_id) == 5
+    with unit():
+        task_id = ChunkRow.get_by_id(stored[0]).task_id
+
+    def failing(rows):
+        raise RuntimeError("engine refused the upsert")
+
+    monkeypatch.setattr(store, "_index", failing)
+    with pytest.raises(
+        RuntimeError, match="engine refused"
+    ):  # 2 chunks now: 3 stale ones deleted, then the failure
+        store_chunks(
+            kb_id=kb_id,
+            doc_id=ids.doc_id(kb_id, "notes.txt"),
+            task_id=task_id,
+            generation=1,
+            chunks=[Chunk(t, 0, 5, i) for i, t in enumerate(texts[:2])],
+            vectors=embedder.encode(texts[:2]),
+        )
+    assert row_count(kb_id) == 5 and engine_count(kb_id) == 5  # rolled back: nothing gone from either
+
+
+def test_reindex_after_the_engine_s_file_is_lost_restores_the_same_results(
+    settings, embedder, tmp_path, capsys  # noqa: F811
+):
     settings = settings.replace(vector_store=f"milvus:///{tmp_path}/vectors.db")
     vectors.use(settings)
     try:
-        for name, text in [("a.txt", b"Espresso is brewed at nine bars. " * 40), ("b.txt", b"Knots join ropes. " * 40)]:
+        for name, text in [
+            ("a.txt", b"Espresso is brewed at nine bars. " * 40),
+            ("b.txt", b"Knots join ropes. " * 40),
+        ]:
             _, _, kb = index(settings, embedder, name, text)
         before = search(settings, "kb", "coffee brewing pressure", k=5)
         assert before and engine_counts(settings)["differs"] == []
