@@ -148,7 +148,8 @@ def _check_keys(streams) -> set[str]:
     # The scan and the check are two moments: an ack in between deletes the key with its entry
     # (one script), so only a key that still exists and names no entry breaks the rule. Checked
     # read-only (live_entries would delete such a key, hiding what the next check should see).
-    dangling = [t for t, state in zip(published, _published_states(streams, published)) if state == 0]
+    states = _published_states(streams, published)  # one per key
+    dangling = [t for t, state in zip(published, states, strict=True) if state == 0]
     assert not dangling, f"published keys name no live entry: {dangling}"
     return kinds
 
