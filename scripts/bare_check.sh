@@ -34,6 +34,7 @@ PROXY_PID=
 
 cleanup() {
   [ -n "$PROXY_PID" ] && kill "$PROXY_PID" 2>/dev/null || true
+  rm -f "$WORK/proxy.sock"
   if [ "${BARE_KEEP:-0}" != 1 ] && id "$BUSER" >/dev/null 2>&1; then
     userdel -r "$BUSER" 2>/dev/null || true
   fi
@@ -137,9 +138,15 @@ done
 rc=0
 setpriv --reuid="$user" --regid="$user" --init-groups --reset-env env "$@" \
   sh -c 'cd "$0" && eval "$1"' "$clone" "$cmd" || rc=$?
-left=$(ps -u "$user" -o pid=,stat=,args= | awk '$2 !~ /^Z/' || true)  # zombies: orphans that exited, unreaped by this pid 1
+# what the command left running, after 5 s of grace (a multiprocessing resource tracker, say, ends
+# once it reads its parent's end); zombies are orphans that ended and this pid 1 did not reap
+for _ in $(seq 1 50); do
+  left=$(ps -u "$user" -o pid=,stat=,args= | awk '$2 !~ /^Z/')
+  [ -z "$left" ] && break
+  sleep 0.1
+done
 if [ -n "$left" ]; then
-  printf 'bare_check: still running when the command ended (ended with the namespace):\n%s\n' "$left"
+  echo "$left" | sed 's/^ */bare_check: still running 5 s after the command ended (ended with the namespace): /'
 fi
 exit "$rc"
 EOF
@@ -181,13 +188,16 @@ sed -n '/^demo on /,$p' "$WORK/quickstart.log" | tail -n 60
 grep -F 'bare_check:' "$WORK/quickstart.log" || true
 echo "-- exit $STEP_RC, ${STEP_S} s"
 [ "$STEP_RC" = 0 ] || { failed=1; tail -n 30 "$WORK/quickstart.log"; }
+if grep -q '^bare_check: still running' "$WORK/quickstart.log"; then
+  echo "bare_check: the demo did not stop everything it started"; failed=1
+fi
 if compgen -G "$CLONE/.venv/lib/python3*/site-packages/nvidia*" >/dev/null; then
   echo "bare_check: pip installed a CUDA build of torch (nvidia-* packages in the venv)"; failed=1
 fi
 
 step test 'scripts/test.sh -q'
 grep -E '^(=+ .* =+|[0-9]+ (passed|failed).*)$' "$WORK/test.log" | tail -n 5 || true
-sed -n '/^test summary:/,$p' "$WORK/test.log"
+sed -n '/^test summary:/,/^[^ ]/{/^test summary:/p;/^ /p}' "$WORK/test.log"
 grep -F 'bare_check:' "$WORK/test.log" || true
 echo "-- exit $STEP_RC, ${STEP_S} s"
 [ "$STEP_RC" = 0 ] || { failed=1; tail -n 40 "$WORK/test.log"; }
