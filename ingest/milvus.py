@@ -20,6 +20,12 @@ One collection per vector space, ``chunks_d{dim}_{model hash}``, with the chunk 
 key and the tenant, knowledge base, document and task as fields; every search filters on tenant
 and knowledge base, so one tenant's query never reads another's chunks. The index is HNSW on
 inner product (the vectors are normalised), searched with ``ef`` of at least 4x the limit.
+
+Reads: Milvus Lite sees every write at once; a server reads at the collection's consistency
+level, Milvus's default Bounded. Searches keep it (Strong waits for the next time tick, about
+0.2 s a search on a 2.3 standalone server): a chunk is found a moment after its write, and a
+removed one that is still found is dropped by the check against the rows. The counts and id
+lists (``ingest status``, reindex, the checks) read Strong, so they see every finished write.
 """
 
 from __future__ import annotations
@@ -205,6 +211,7 @@ class MilvusStore:
                 name,
                 filter=f"tenant_id == {literal(kb.tenant_id)} and kb_id == {literal(kb.kb_id)}",
                 output_fields=["count(*)"],
+                consistency_level="Strong",
             )
             return int(rows[0]["count(*)"]) if rows else 0
 
@@ -226,7 +233,13 @@ class MilvusStore:
             name = self._collection(client, kb.dim, kb.model, create=False)
             if name is None:
                 return []
-            rows = client.query(name, filter=f"kb_id == {literal(kb.kb_id)}", output_fields=["id"], limit=limit)
+            rows = client.query(
+                name,
+                filter=f"kb_id == {literal(kb.kb_id)}",
+                output_fields=["id"],
+                limit=limit,
+                consistency_level="Strong",
+            )
             return [str(r["id"]) for r in rows]
 
         return self._call(work)

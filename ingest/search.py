@@ -115,21 +115,30 @@ def nearest(
 
 
 def _current(kb_id: str, ids: list[str]) -> set[str]:
-    """Those of ``ids`` that are chunk rows of ``kb_id`` of their document's current generation."""
+    """Those of ``ids`` that are chunk rows of ``kb_id`` of their document's current generation.
+
+    Two lookups by primary key (the chunks, then their documents' generations), not a join:
+    MariaDB drove a join from the document into the chunk table's ``(doc_id, generation)``
+    index and read every chunk of the document (2-3.6 s for 30 ids at 1M chunks in one)."""
     if not ids:
         return set()
-    current = (Document.id == ChunkRow.doc_id) & (Document.generation == ChunkRow.generation)
-    found: set[str] = set()
+    rows: list[tuple[str, str, int]] = []
     with connection():
         for start in range(0, len(ids), 1000):
-            found.update(
-                cid
-                for (cid,) in ChunkRow.select(ChunkRow.id)
-                .join(Document, on=current)
+            rows.extend(
+                ChunkRow.select(ChunkRow.id, ChunkRow.doc_id, ChunkRow.generation)
                 .where((ChunkRow.kb_id == kb_id) & ChunkRow.id.in_(ids[start : start + 1000]))
                 .tuples()
             )
-    return found
+        docs = sorted({doc for _, doc, _ in rows})
+        generation: dict[str, int] = {}
+        for start in range(0, len(docs), 1000):
+            generation.update(
+                Document.select(Document.id, Document.generation)
+                .where(Document.id.in_(docs[start : start + 1000]))
+                .tuples()
+            )
+    return {cid for cid, doc, gen in rows if generation.get(doc) == gen}
 
 
 def _hits(top: list[tuple[str, float]]) -> list[Hit]:
