@@ -16,6 +16,11 @@ from ingest.parsers import Section, parse_document
 from ingest.worker import WorkerBudget, parse_in_worker
 
 DEPTH = 200_000
+# The worker's budget for that document: linear work takes 6 s on one machine of this project's
+# kind, 15 s on a slower one and about twice that when coverage traces the worker; the quadratic
+# walk it replaced did not end within the task timeout (hours). The growth itself is held
+# below, by CPU time at two depths.
+BUDGET_S = 120
 
 
 def _nested(depth: int, tag: bytes = b"div") -> bytes:
@@ -24,10 +29,10 @@ def _nested(depth: int, tag: bytes = b"div") -> bytes:
 
 async def test_two_hundred_thousand_nested_divs_parse_within_the_budget():
     began = time.monotonic()
-    sections = await parse_in_worker(_nested(DEPTH), "html", budget=WorkerBudget(timeout_s=30))
+    sections = await parse_in_worker(_nested(DEPTH), "html", budget=WorkerBudget(timeout_s=BUDGET_S))
     elapsed = time.monotonic() - began
     assert sections and {s.text for s in sections} == {"x"}
-    assert elapsed < 30  # before: still running at the task timeout (seconds here, 6 of them parsing)
+    assert elapsed < BUDGET_S  # before: still running at the task timeout
 
 
 def _cpu_s(depth: int) -> float:
