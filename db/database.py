@@ -12,7 +12,6 @@ import contextlib
 import os
 import re
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -101,17 +100,9 @@ def _mysql_kwargs(url: DbUrl) -> dict[str, Any]:
     }
 
 
-# A pooled connection given back less than this long ago is handed out again without a ping.
-PING_AFTER_IDLE_S = 1.0
-
-
 class _MySQLPool(PooledMySQLDatabase):
-    """The pool, minus two round trips on the hot path: no ROLLBACK when a connection goes back
-    (pymysql keeps the server's status flags, so roll back only where a transaction was really
-    left open), and no ping when it is taken again within :data:`PING_AFTER_IDLE_S` of its
-    return (playhouse pings every connection it hands out). A connection whose socket pymysql
-    closed after an error is never handed out; one the server dropped in that second fails its
-    first statement, which every caller retries as an outage (as it would a ping's failure)."""
+    """The pool, minus a ROLLBACK round trip each time a connection goes back: pymysql keeps the
+    server's status flags, so roll back only where a transaction was really left open."""
 
     def _can_reuse(self, conn: Any) -> bool:
         status = getattr(conn, "server_status", None)
@@ -122,16 +113,7 @@ class _MySQLPool(PooledMySQLDatabase):
                 conn.rollback()
             except Exception:
                 return False
-        conn._ingest_returned_at = time.monotonic()
         return True
-
-    def _is_closed(self, conn: Any) -> bool:
-        if not getattr(conn, "open", True):
-            return True
-        returned = getattr(conn, "_ingest_returned_at", None)
-        if returned is not None and time.monotonic() - returned < PING_AFTER_IDLE_S:
-            return False
-        return bool(super()._is_closed(conn))
 
 
 def make_database(url: str, *, max_connections: int = 32) -> peewee.Database:
