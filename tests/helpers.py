@@ -23,6 +23,28 @@ def wait_until(predicate: Callable[[], T], timeout_s: float = 30.0, interval_s: 
         time.sleep(interval_s)
 
 
+def wait_while_progressing(
+    count: Callable[[], int], target: int, stall_s: float, timeout_s: float, interval_s: float = 0.2
+) -> None:
+    """Poll ``count`` until it reaches ``target``; fail when it has not grown for ``stall_s`` (a
+    hang) or after ``timeout_s`` in all. For long runs whose total time is the machine's, not
+    the code's, to judge: a busy CI machine makes them slow, only a stall makes them wrong."""
+    began = last_change = time.monotonic()
+    last = -1
+    while True:
+        now_count = count()
+        now = time.monotonic()
+        if now_count >= target:
+            return
+        if now_count != last:
+            last, last_change = now_count, now
+        if now - last_change > stall_s:
+            raise AssertionError(f"stalled at {now_count} of {target} for {stall_s} s")
+        if now - began > timeout_s:
+            raise AssertionError(f"{now_count} of {target} after {timeout_s} s")
+        time.sleep(interval_s)
+
+
 async def await_until(predicate: Callable[[], T], timeout_s: float = 30.0, interval_s: float = 0.05) -> T:
     """``wait_until`` for trio tests; the predicate runs in a thread (it may block)."""
     with trio.fail_after(timeout_s):
