@@ -1,7 +1,7 @@
 """Search at scale, per vector store backend: insert rate, search p50/p99, recall@10.
 
     .venv/bin/python bench/search_scale.py [--sizes 10000,100000] [--queries 50] [--dim 384]
-        [--backends mysql,milvus-lite,milvus=http://127.0.0.1:19530] [--plot DIR]
+        [--backends mysql,milvus-lite,milvus=http://127.0.0.1:19530] [--ef 0,256,512] [--plot DIR]
 
 One knowledge base of N chunks with synthetic vectors (normalised, drawn around 1,000 random
 centres, as embeddings of real text cluster), written as chunk rows in a MariaDB database of
@@ -167,7 +167,9 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
-def run(size: int, dim: int, n_queries: int, db_url: str, backends: str = DEFAULT_BACKENDS) -> list[dict[str, object]]:
+def run(
+    size: int, dim: int, n_queries: int, db_url: str, backends: str = DEFAULT_BACKENDS, efs: tuple[int, ...] = (0,)
+) -> list[dict[str, object]]:
     """One size on each backend: prints a line each, returns the figures (for ``--plot``)."""
     from tests.conftest import _drop_database
 
@@ -195,17 +197,20 @@ def run(size: int, dim: int, n_queries: int, db_url: str, backends: str = DEFAUL
                 waited = wait_indexed(url, dim, size)
                 print(f"{size:>9,} {name:<12} index built and loaded {waited:,.0f} s after the flush", flush=True)
             qs = queries if store.exact is False or size <= 100_000 else queries[:MYSQL_QUERIES_ABOVE_100K]
-            times, found = latencies(store, kb, qs)
-            recall = np.mean([len(set(f) & set(e)) / 10 for f, e in zip(found, exact, strict=False)])
-            print(
-                f"{size:>9,} {name:<12} insert {rate:>9,.0f}/s  p50 {1000 * statistics.median(times):>8.1f} ms  "
-                f"p99 {1000 * pct(times, 99):>8.1f} ms  recall@10 {recall:.3f}  ({len(qs)} queries)",
-                flush=True,
-            )
-            measured.append(
-                {"size": size, "backend": name, "p50_ms": 1000 * statistics.median(times),
-                 "p99_ms": 1000 * pct(times, 99), "recall": float(recall), "insert_rate": rate}
-            )  # fmt: skip
+            for ef in (0,) if store.exact else efs:  # an engine: each search breadth asked for
+                store = vectors.use(settings.replace(vector_store=url, vector_search_ef=ef))
+                label = f"{name} ef {ef}" if ef else name
+                times, found = latencies(store, kb, qs)
+                recall = np.mean([len(set(f) & set(e)) / 10 for f, e in zip(found, exact, strict=False)])
+                print(
+                    f"{size:>9,} {label:<12} insert {rate:>9,.0f}/s  p50 {1000 * statistics.median(times):>8.1f} ms  "
+                    f"p99 {1000 * pct(times, 99):>8.1f} ms  recall@10 {recall:.3f}  ({len(qs)} queries)",
+                    flush=True,
+                )
+                measured.append(
+                    {"size": size, "backend": label, "p50_ms": 1000 * statistics.median(times),
+                     "p99_ms": 1000 * pct(times, 99), "recall": float(recall), "insert_rate": rate}
+                )  # fmt: skip
     finally:
         vectors.close_all()
         close_database()
@@ -228,6 +233,12 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated: mysql, milvus-lite, NAME=URL (e.g. milvus=http://127.0.0.1:19530)",
     )
     parser.add_argument(
+        "--ef",
+        default="0",
+        help="comma-separated HNSW search breadths to measure on each engine (0: the store's rule, "
+        "max(64, 4 x the candidates asked)); INGEST_VECTOR_SEARCH_EF sets one for the product",
+    )
+    parser.add_argument(
         "--plot",
         type=Path,
         metavar="DIR",
@@ -235,12 +246,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     parse_backends(args.backends, "")  # a wrong name fails before any work
+    efs = tuple(int(e) for e in args.ef.split(",") if e.strip())
     if args.plot:
         from bench import plots  # before the run: a missing matplotlib fails at once
     print(f"{'chunks':>9} {'backend':<12} (insert: rows/s for mysql, engine upserts/s for milvus)")
     measured = []
     for size in (int(s) for s in args.sizes.split(",")):
-        measured += run(size, args.dim, args.queries, args.db_url, args.backends)
+        measured += run(size, args.dim, args.queries, args.db_url, args.backends, efs)
     if args.plot:
         print(f"plot: {plots.search_latency(args.plot / 'search_latency.png', measured)}")
     return 0

@@ -173,6 +173,13 @@ class Settings:
             "(Milvus Lite) or http(s)://HOST:19530 (a Milvus server or cluster)"
         },
     )
+    vector_search_ef: int = field(
+        default=0,
+        metadata={
+            "help": "Milvus stores: the HNSW search breadth ef (0: max(64, 4 x the candidates asked); "
+            "higher finds more of the true neighbours and takes longer; bench/search_scale.py --ef measures both)"
+        },
+    )
     search_max_k: int = field(default=1000, metadata={"help": "most hits one search may ask for"})
     embedding_model: str = field(default_factory=_default_model, metadata={"help": "model path or name"})
     embedding_batch: int = field(default=32, metadata={"help": "chunks per encode call"})
@@ -318,6 +325,8 @@ class Settings:
             raise ValueError("tracing must be auto, otlp, console or off")
         if not (self.vector_store == "mysql" or self.vector_store.startswith(("milvus:///", "http://", "https://"))):
             raise ValueError("vector_store must be mysql, milvus:///PATH.db or http(s)://HOST:19530")
+        if self.vector_search_ef < 0:
+            raise ValueError("vector_search_ef must be 0 (the default rule) or a positive breadth")
         if self.search_max_k < 1:
             raise ValueError("search_max_k must be at least 1")
         if self.embedding_backend not in EMBEDDING_BACKENDS:

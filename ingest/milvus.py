@@ -19,7 +19,9 @@ collection. So, with several processes on one host (executors, the CLI, the API)
 One collection per vector space, ``chunks_d{dim}_{model hash}``, with the chunk id as primary
 key and the tenant, knowledge base, document and task as fields; every search filters on tenant
 and knowledge base, so one tenant's query never reads another's chunks. The index is HNSW on
-inner product (the vectors are normalised), searched with ``ef`` of at least 4x the limit.
+inner product (the vectors are normalised), searched with ``ef`` of at least 4x the limit, or
+``INGEST_VECTOR_SEARCH_EF`` where set (never below the limit, which Milvus requires): the
+breadth trades recall for latency, and the right value depends on the data and the cores.
 
 Reads: Milvus Lite sees every write at once; a server reads at the collection's consistency
 level, Milvus's default Bounded. Searches keep it (Strong waits for the next time tick, about
@@ -77,8 +79,9 @@ class MilvusStore:
     name = "milvus"
     exact = False
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, search_ef: int = 0) -> None:
         self.url = url
+        self.search_ef = search_ef  # 0: the rule in ef()
         self.lite_path = lite_path(url) if url.startswith("milvus://") else None
         self._client: Any = None
         self._known: set[str] = set()
@@ -182,6 +185,10 @@ class MilvusStore:
 
         self._call(work)
 
+    def ef(self, limit: int) -> int:
+        """The HNSW search breadth for ``limit`` hits: the setting, else max(64, 4 x limit)."""
+        return max(limit, self.search_ef) if self.search_ef > 0 else max(64, 4 * limit)
+
     def search(self, kb: KbRef, query_vector: np.ndarray, limit: int) -> list[tuple[str, float]]:
         limit = min(int(limit), MAX_LIMIT)
         vector = np.asarray(query_vector, dtype=np.float32).tolist()
@@ -196,7 +203,7 @@ class MilvusStore:
                 filter=f"tenant_id == {literal(kb.tenant_id)} and kb_id == {literal(kb.kb_id)}",
                 limit=limit,
                 output_fields=["id"],
-                search_params={"metric_type": "IP", "params": {"ef": max(64, 4 * limit)}},
+                search_params={"metric_type": "IP", "params": {"ef": self.ef(limit)}},
             )
             return [(str(hit["id"]), float(hit["distance"])) for hit in found[0]]
 

@@ -239,6 +239,11 @@ def open_vector_store(url: str) -> VectorStore:
 def use(settings: Any) -> VectorStore:
     """Bind the process to the store its settings name, and return it."""
     store = open_vector_store(settings.vector_store)
+    if not isinstance(store, MySQLStore):  # an engine: its search breadth is a setting
+        from ingest.milvus import MilvusStore
+
+        if isinstance(store, MilvusStore):
+            store.search_ef = int(getattr(settings, "vector_search_ef", 0) or 0)
     with _lock:
         _active[:] = [store]
     return store

@@ -196,3 +196,21 @@ def test_k_over_the_cap_is_refused(settings, capsys):
         search(settings.replace(search_max_k=10), "kb", "anything", k=11)
     assert main(["search", "--kb", "kb", "x", "-k", "1001", *cli_args(settings)]) == 2
     assert "-k 1001 is more than the cap of 1000" in capsys.readouterr().err
+
+
+def test_the_engine_s_search_breadth_is_a_setting(settings, embedder, tmp_path):  # noqa: F811
+    url = f"milvus:///{tmp_path}/ef.db"
+    store = vectors.use(settings.replace(vector_store=url))
+    assert (store.ef(10), store.ef(30), store.ef(500)) == (64, 120, 2000)  # the rule: max(64, 4 x limit)
+    env = {"INGEST_VECTOR_STORE": url, "INGEST_VECTOR_SEARCH_EF": "300"}
+    tuned = settings.replace(vector_store=url, vector_search_ef=type(settings).from_env(env).vector_search_ef)
+    assert vectors.use(tuned) is store  # one store per URL: the setting rebinds its breadth
+    assert (store.ef(10), store.ef(500)) == (300, 500)  # never below the limit (Milvus refuses)
+    try:
+        kb_id, stored = _tenant_chunks("tenant-a", embedder, ["Volcanoes erupt lava and ash.", "Tides."])
+        query = embedder.encode(["lava"])[0]
+        assert [c for c, _ in store.search(_kb_ref(kb_id), query, 1)] == [stored[0]]  # the engine took it
+    finally:
+        vectors.close_all()
+    with pytest.raises(ValueError, match="vector_search_ef"):
+        type(settings).from_env({"INGEST_VECTOR_SEARCH_EF": "-1"})
