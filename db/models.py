@@ -134,7 +134,9 @@ class Task(BaseModel):
     priority = peewee.IntegerField(default=0)
     from_page = peewee.IntegerField(default=0)
     to_page = peewee.IntegerField(default=100000000)
-    status = peewee.CharField(max_length=16, default=QUEUED, index=True)
+    # no index of its own: (status, update_time) below serves every query on status alone, and
+    # each index on status is one more entry moved on every claim and every finish
+    status = peewee.CharField(max_length=16, default=QUEUED)
     progress = peewee.FloatField(default=0.0)
     progress_msg = LongTextField(default="")
     owner = peewee.CharField(max_length=255, default="")
@@ -151,7 +153,7 @@ class Task(BaseModel):
     begin_at = peewee.BigIntegerField(null=True)
     process_duration = peewee.FloatField(default=0.0)
     create_time = peewee.BigIntegerField(default=now_ms)
-    update_time = peewee.BigIntegerField(default=now_ms, index=True)
+    update_time = peewee.BigIntegerField(default=now_ms)  # queried only with status: (status, update_time)
 
     class Meta:
         table_name = "task"

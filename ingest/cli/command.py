@@ -55,6 +55,7 @@ def cmd_init(settings: Settings, args: argparse.Namespace) -> int:
         "created_tables": report.created_tables,
         "added_columns": report.added_columns,
         "added_indexes": report.added_indexes,
+        "dropped_indexes": report.dropped_indexes,
         "created_groups": missing,
         "changed": report.changed or bool(missing),
     }

@@ -38,6 +38,9 @@ def init_report(console: Console, data: dict[str, Any], *, group: str) -> None:
     for name in data["added_indexes"]:
         console.print(f"added index {name}")
         said = True
+    for name in data.get("dropped_indexes", ()):
+        console.print(f"dropped index {name} (retired by this version)")
+        said = True
     for stream in data["created_groups"]:
         console.print(f"created consumer group {group} on {stream}")
         said = True

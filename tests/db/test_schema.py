@@ -45,3 +45,21 @@ def test_hole12_init_replaces_the_unique_kb_name_index_of_an_older_schema(settin
         found = {i.name: i.unique for i in db.get_indexes("knowledge_base")}
     assert found[index] is False
     assert not init_schema(settings.db_url).changed
+
+
+def test_init_drops_the_indexes_this_version_retired(settings, capsys):
+    # (status) and (update_time) on task: (status, update_time) serves their queries, and each
+    # was one more index entry moved on every claim and every finish
+    from ingest.cli import main
+    from tests.ingest.factories import cli_args
+
+    db = init_database(settings.db_url)
+    with unit():
+        db.execute_sql("CREATE INDEX task_status ON task (status)")
+        db.execute_sql("CREATE INDEX task_update_time ON task (update_time)")
+    assert main([*cli_args(settings), "init"]) == 0
+    assert "dropped index task_status" in capsys.readouterr().out
+    with unit():
+        names = {i.name for i in db.get_indexes("task")}
+    assert not names & {"task_status", "task_update_time"} and "task_status_update_time" in names
+    assert not init_schema(settings.db_url).changed
