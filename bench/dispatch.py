@@ -64,7 +64,7 @@ import orjson
 from db.config import Settings
 from db.database import close_database, init_database, unit
 from db.keys import Keys
-from db.models import DONE, Task, now_ms
+from db.models import DONE, QUEUED, RUNNING, Task, now_ms
 from db.schema import init_schema
 from db.streams import Streams, connect
 
@@ -172,14 +172,24 @@ def _start_executor(
 
 
 def _wait_done(ids: list[str], timeout_s: float) -> None:
+    """Until every one of ``ids`` is done. While it waits it counts the bench database's
+    unfinished rows through the (status, update_time) index, a few rows near the end, rather
+    than looking every id up: a 5,000-id IN list five times a second cost MariaDB about a
+    third of the CPU the drain itself gave it, on the same cores. The ids are checked once at
+    the end."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with unit():
-            left = Task.select().where(Task.id.in_(ids) & (Task.status != DONE)).count()
+            left = Task.select().where(Task.status.in_([QUEUED, RUNNING])).count()
         if left == 0:
-            return
+            break
         time.sleep(0.2)
-    raise SystemExit(f"{left} tasks not done after {timeout_s} s")
+    not_done = 0
+    for i in range(0, len(ids), 5000):
+        with unit():
+            not_done += Task.select().where(Task.id.in_(ids[i : i + 5000]) & (Task.status != DONE)).count()
+    if not_done:
+        raise SystemExit(f"{not_done} tasks not done after {timeout_s} s")
 
 
 def _spans(ids: list[str]) -> list[tuple[int, int]]:
