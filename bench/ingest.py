@@ -213,12 +213,35 @@ def cpu_of(procs: list[psutil.Process]) -> float:
     return total
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def encoder_seconds(port: int) -> float:
+    """The executor's ``ingest_embed_seconds_total``: wall seconds inside encode calls."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("ingest_embed_seconds_total")
+    )
+
+
 @dataclass
 class EndToEnd:
     """One end-to-end run: the chunks the executor stored and what it took."""
 
     elapsed: float
     executor_cpu: float  # with its parse workers
+    workers_cpu: float  # the parse workers' part
+    encoder_busy_s: float  # wall seconds the executor's encoder spent in encode calls
     services_cpu: dict[str, float]
     contents: list[str]
     states: dict[str, int]
@@ -243,6 +266,7 @@ def end_to_end(
         "INGEST_STAGGER_S": "0",
         "INGEST_LOG_LEVEL": "WARNING",
         "INGEST_EMBEDDING_BACKEND": backend,
+        "INGEST_METRICS_PORT": str(port := free_port()),  # read twice: the encoder's busy seconds
     }
     jemalloc = "" if allocator == "default" else find_jemalloc()
     if jemalloc:  # as entrypoint.sh runs executors
@@ -256,9 +280,13 @@ def end_to_end(
 
         before = {name: cpu_of(procs) for name, procs in services.items()}
         started, cpu_before = time.monotonic(), rss.cpu_s()
+        workers_before = sum(rss.children_cpu.values())
+        busy_before = encoder_seconds(port)
         result = submit_documents(settings, docs, "bench")
         states = wait_terminal(result.task_ids, timeout)
         elapsed, executor_cpu = time.monotonic() - started, rss.cpu_s() - cpu_before
+        workers_cpu = sum(rss.children_cpu.values()) - workers_before
+        encoder_busy_s = encoder_seconds(port) - busy_before
         services_cpu = {name: cpu_of(procs) - before[name] for name, procs in services.items() if procs}
     finally:
         executor.terminate()
@@ -278,6 +306,8 @@ def end_to_end(
     return EndToEnd(
         elapsed,
         executor_cpu,
+        workers_cpu,
+        encoder_busy_s,
         services_cpu,
         contents,
         states,
@@ -338,11 +368,13 @@ def main(argv: list[str] | None = None) -> int:
         tag = f"run {run}: " if args.runs > 1 else ""
         print(f"{tag}{run_.tasks} tasks: {run_.states}; {n} chunks")
         print(
-            f"{tag}end to end: {run_.elapsed:.1f} s, {n / run_.elapsed:.1f} chunks/s (submit → all terminal)"
+            f"{tag}end to end: {run_.elapsed:.1f} s, {n / run_.elapsed:.1f} chunks/s (submit → all terminal); "
+            f"the encoder in encode calls {run_.encoder_busy_s:.1f} s "
+            f"({100 * run_.encoder_busy_s / run_.elapsed:.0f} % of the run: the rest it waited for texts)"
         )
         print(
             f"{tag}executor CPU: {run_.executor_cpu:.1f} s with its parse workers, "
-            f"{1000 * run_.executor_cpu / n:.1f} ms a chunk; "
+            f"{1000 * run_.executor_cpu / n:.1f} ms a chunk (the workers {1000 * run_.workers_cpu / n:.1f}); "
             + ", ".join(
                 f"{name} {cpu:.1f} s ({1000 * cpu / n:.1f} ms a chunk)"
                 for name, cpu in run_.services_cpu.items()

@@ -10,7 +10,7 @@ them, refreshed off the hot path every few seconds in one pipelined call: ``inge
 (entries in the stream: waiting or pending) and ``ingest_pending`` (read, not yet acked) per
 ``priority``, ``ingest_dead_letters``; ``ingest_strikes_in_effect``. Counters
 ``ingest_redis_disruptions`` and ``ingest_db_disruptions`` (failed calls that were then
-retried), ``ingest_chunks_embedded``; histogram ``ingest_embed_batch_size``.
+retried), ``ingest_chunks_embedded``, ``ingest_embed_seconds``; histogram ``ingest_embed_batch_size``.
 Never a task id as a label. The per-task series are plain numbers that only the trio thread
 writes (an increment is an attribute add, no lock), exposed by a collector at scrape time; the
 rest are prometheus-client's own.
@@ -171,6 +171,12 @@ class Metrics:
         self.chunks_embedded = Counter(
             "ingest_chunks_embedded", "Chunks (texts) embedded", mine, registry=r
         ).labels(consumer)
+        self.embed_seconds = Counter(
+            "ingest_embed_seconds",
+            "Wall seconds the encoder spent in encode calls (its rate is the encoder's busy fraction)",
+            mine,
+            registry=r,
+        ).labels(consumer)
         self.embed_batch = Histogram(
             "ingest_embed_batch_size", "Texts per embedding call", mine, buckets=BATCH_BUCKETS, registry=r
         ).labels(consumer)
@@ -235,8 +241,9 @@ class Metrics:
     def db_disruption(self) -> None:
         self.db_disruptions.inc()
 
-    def embedded(self, texts: int) -> None:
+    def embedded(self, texts: int, seconds: float = 0.0) -> None:
         self.chunks_embedded.inc(texts)
+        self.embed_seconds.inc(seconds)
         self.embed_batch.observe(texts)
 
     def strikes(self, count: int) -> None:
@@ -331,7 +338,7 @@ class NoMetrics:
     def db_disruption(self) -> None:
         pass
 
-    def embedded(self, texts: int) -> None:
+    def embedded(self, texts: int, seconds: float = 0.0) -> None:
         pass
 
     def strikes(self, count: int) -> None:

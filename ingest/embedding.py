@@ -117,6 +117,7 @@ class EmbeddingStatistics:
     shared_calls: int  # calls holding texts of more than one request
     largest_call: int
     requests_waiting: int
+    busy_s: float = 0.0  # wall seconds inside encode calls: against the elapsed time, the encoder's use
 
 
 @dataclass(eq=False)
@@ -132,6 +133,13 @@ class _Request:
     served_at: float = field(default_factory=time.monotonic)  # when it last got texts into a batch
 
 
+def _timed(encode: Callable[[Sequence[str], int], np.ndarray], texts: Sequence[str], batch: int) -> tuple[np.ndarray, float]:
+    """In the encode thread: the vectors and the wall seconds the call took."""
+    started = time.perf_counter()
+    vectors = encode(texts, batch)
+    return vectors, time.perf_counter() - started
+
+
 class EmbeddingService:
     """Batches texts of concurrent tasks through one model (one service per executor)."""
 
@@ -143,7 +151,7 @@ class EmbeddingService:
         *,
         loader: Callable[[str], Embedder] = load_embedder,
         window_batches: int = WINDOW_BATCHES,
-        on_encoded: Callable[[int], None] | None = None,
+        on_encoded: Callable[[int, float], None] | None = None,
     ) -> None:
         self.model = model
         self.batch_size = max(1, batch_size)
@@ -151,12 +159,13 @@ class EmbeddingService:
         self.starve_after_s = STARVE_AFTER_S
         self._limiter = limiter
         self._loader = loader
-        self._on_encoded = on_encoded  # called with the number of texts of each encode call
+        self._on_encoded = on_encoded  # called with each encode call's texts and seconds
         self._embedder: Embedder | None = None
         self._pending: deque[_Request] = deque()
         self._wakeup = trio.Event()
         self._consumer_token: object | None = None
         self._encode_calls = self._texts = self._shared = self._largest = 0
+        self._busy_s = 0.0
 
     async def embedder(self) -> Embedder:
         """The loaded model (loaded in a thread under the embed limiter the first time)."""
@@ -199,6 +208,7 @@ class EmbeddingService:
             shared_calls=self._shared,
             largest_call=self._largest,
             requests_waiting=len(self._pending),
+            busy_s=self._busy_s,
         )
 
     def _ensure_consumer(self) -> None:
@@ -269,8 +279,8 @@ class EmbeddingService:
         texts = [t for request, start, end in batch for t in request.texts[start:end]]
         try:
             embedder = await self.embedder()
-            vectors = await trio.to_thread.run_sync(
-                embedder.encode, texts, self.batch_size, limiter=self._limiter
+            vectors, seconds = await trio.to_thread.run_sync(
+                _timed, embedder.encode, texts, self.batch_size, limiter=self._limiter
             )
         except Exception as exc:  # noqa: BLE001 - routed to the tasks whose texts these were
             error = exc if isinstance(exc, PermanentError) else PermanentError(f"embedding failed: {exc}")
@@ -279,8 +289,9 @@ class EmbeddingService:
             return
         self._encode_calls += 1
         self._texts += len(texts)
+        self._busy_s += seconds
         if self._on_encoded is not None:
-            self._on_encoded(len(texts))
+            self._on_encoded(len(texts), seconds)
         self._largest = max(self._largest, len(texts))
         if len({id(request) for request, _, _ in batch}) > 1:
             self._shared += 1

@@ -3,6 +3,8 @@ the texts of tasks running at the same time together."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import trio
@@ -134,3 +136,22 @@ async def test_hole9_a_large_request_is_not_starved_by_a_steady_stream_of_small_
         await trio.sleep(0.05)
         nursery.start_soon(lambda: service.embed(big, on_progress=progress))
     assert first_progress and stream_ended and first_progress[0] < stream_ended[0]
+
+
+async def test_each_encode_call_reports_its_texts_and_seconds(embedder):  # noqa: F811
+    # what ingest_chunks_embedded and ingest_embed_seconds count: the encoder's busy fraction
+    calls: list[tuple[int, float]] = []
+    service = EmbeddingService(
+        embedder.model,
+        batch_size=4,
+        limiter=trio.CapacityLimiter(1),
+        window_batches=1,
+        on_encoded=lambda texts, seconds: calls.append((texts, seconds)),
+    )
+    started = time.perf_counter()
+    await service.embed(TEXTS[:10])
+    elapsed = time.perf_counter() - started
+    assert [texts for texts, _ in calls] == [4, 4, 2]
+    assert all(seconds > 0 for _, seconds in calls)
+    busy = service.statistics().busy_s
+    assert busy == sum(seconds for _, seconds in calls) and 0 < busy <= elapsed
