@@ -15,6 +15,7 @@ import pytest
 
 from db.database import unit
 from db.models import CANCELLED, DocumentBlob, MemoryMessage, Task
+from db.schema import SCHEMA_VERSION
 from ingest.cli import common, main
 from ingest.dataflow.catalog import create_dataflow
 from tests.executor.test_trust_the_row import _dsl
@@ -149,7 +150,7 @@ def test_doctor_on_a_sound_redis_then_one_that_may_evict(settings, tmp_path, cap
         found = _findings(capsys)
         for check in ("redis version", "redis persistence", "redis maxmemory-policy", "database version"):
             assert found[check]["ok"], found[check]
-        assert found["database schema"] == {"check": "database schema", "ok": True, "detail": "version 1", "fix": ""}
+        assert found["database schema"] == {"check": "database schema", "ok": True, "detail": f"version {SCHEMA_VERSION}", "fix": ""}
         assert found["embedding model"]["ok"] and found["parser pypdfium2"]["ok"]
         assert code == (0 if all(f["ok"] for f in found.values()) else 1)
         import redis
