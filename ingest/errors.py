@@ -133,6 +133,19 @@ class SubmissionTooLarge(LimitExceeded):
         )
 
 
+class InUse(IngestError):
+    """A removal refused because unfinished tasks still need what it would remove (their count
+    and ids in the message); nothing was removed."""
+
+    def __init__(self, what: str, task_ids: list[str]) -> None:
+        self.task_ids = task_ids
+        shown = ", ".join(task_ids[:5]) + (", …" if len(task_ids) > 5 else "")
+        super().__init__(
+            f"{what} is used by {len(task_ids)} unfinished task(s) ({shown}); "
+            "cancel them first, or remove it anyway with --force (they then fail)"
+        )
+
+
 class NotFound(IngestError, LookupError):
     """A task, document or knowledge base that does not exist."""
 

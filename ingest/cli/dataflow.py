@@ -55,11 +55,13 @@ def cmd_list(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_rm(settings: Settings, args: argparse.Namespace) -> int:
     from ingest.dataflow.catalog import remove_dataflow
 
-    removed = remove_dataflow(settings, args.name, tenant_id=args.tenant)
+    removed = remove_dataflow(settings, args.name, tenant_id=args.tenant, force=args.force)
     if args.json:
         json_out(removed)
     else:
-        out(f"removed dataflow {removed['name']!r} (id {removed['id']}); tasks still queued for it will fail")
+        failing = removed["unfinished_tasks"]
+        also = f"; its {failing} unfinished task(s) will fail" if failing else ""
+        out(f"removed dataflow {removed['name']!r} (id {removed['id']}){also}")
     return EXIT_OK
 
 
@@ -145,8 +147,15 @@ def add_verbs(verbs: Any, global_options: GlobalOptions) -> None:
     sub.add_argument("--all-tenants", action="store_true", help="of every tenant")
     sub = action("show", cmd_show, "One dataflow: its DSL and the parameters in effect.")
     sub.add_argument("name", metavar="NAME", help="its name (or id)")
-    sub = action("rm", cmd_rm, "Remove a dataflow (tasks still queued for it fail; its chunks stay).")
+    sub = action(
+        "rm",
+        cmd_rm,
+        "Remove a dataflow (refused while unfinished tasks use it, unless --force; its chunks stay).",
+    )
     sub.add_argument("name", metavar="NAME", help="its name (or id)")
+    sub.add_argument(
+        "--force", action="store_true", help="remove it even while unfinished tasks use it (they fail)"
+    )
     sub = action(
         "run",
         cmd_run,

@@ -15,10 +15,10 @@ import orjson
 
 from db.config import Settings
 from db.database import connection, init_database, unit
-from db.models import Dataflow, now_ms
+from db.models import UNFINISHED_STATES, Dataflow, Task, now_ms
 from ingest import ids
 from ingest.dataflow.dsl import Graph, parse_dsl
-from ingest.errors import NotFound
+from ingest.errors import InUse, NotFound
 
 MAX_NAME_CHARS = 128
 MAX_DSL_BYTES = 60_000  # the dsl column is TEXT (64 KiB)
@@ -107,14 +107,35 @@ def get_dataflow(settings: Settings, name: str, *, tenant_id: str = "default") -
     return dict(row.to_dict())
 
 
-def remove_dataflow(settings: Settings, name: str, *, tenant_id: str = "default") -> dict[str, Any]:
+def remove_dataflow(
+    settings: Settings, name: str, *, tenant_id: str = "default", force: bool = False
+) -> dict[str, Any]:
     """Remove the dataflow called ``name`` (or with this id) of ``tenant_id``; :class:`NotFound`
-    if none. Tasks still queued for it fail with "unknown dataflow id" (as after a replace); the
-    chunks it made stay (they belong to their documents)."""
+    if none. While unfinished tasks (queued, running or held) of the tenant name it, the removal
+    is refused with :class:`InUse` unless ``force``: forced, those tasks fail with "unknown
+    dataflow id" (as after a replace). The chunks it made stay (they belong to their documents)."""
     row = get_dataflow(settings, name, tenant_id=tenant_id)
     with unit():
+        users = tasks_using(row["id"], tenant_id)
+        if users and not force:
+            raise InUse(f"dataflow {row['name']!r} (id {row['id']})", users)
         removed = Dataflow.delete().where(Dataflow.id == row["id"]).execute()
-    return {"id": row["id"], "name": row["name"], "tenant_id": tenant_id, "removed": int(removed)}
+    return {
+        "id": row["id"],
+        "name": row["name"],
+        "tenant_id": tenant_id,
+        "removed": int(removed),
+        "unfinished_tasks": len(users),
+    }
+
+
+def tasks_using(dataflow_id: str, tenant_id: str) -> list[str]:
+    """Blocking, on the caller's connection: ids of the tenant's unfinished dataflow tasks whose
+    payload names ``dataflow_id`` (read through the ``(tenant_id, status)`` index)."""
+    query = Task.select(Task.id, Task.payload).where(
+        (Task.tenant_id == tenant_id) & Task.status.in_(UNFINISHED_STATES) & (Task.task_type == "dataflow")
+    )
+    return sorted(r.id for r in query if (r.payload or {}).get("dataflow_id") == dataflow_id)
 
 
 def load_dataflow(dataflow_id: str) -> dict[str, Any] | None:

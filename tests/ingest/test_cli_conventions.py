@@ -188,10 +188,40 @@ def test_doctor_reads_the_shared_redis_as_it_is(settings, rclient, capsys):
 def test_dataflow_rm(settings, capsys):
     made = create_dataflow(settings, "flow", DSL)
     assert main(["dataflow", "rm", "flow", "--json", *cli_args(settings)]) == 0
-    assert json.loads(capsys.readouterr().out) == {"id": made.id, "name": "flow", "tenant_id": "default", "removed": 1}
+    assert json.loads(capsys.readouterr().out) == {
+        "id": made.id,
+        "name": "flow",
+        "tenant_id": "default",
+        "removed": 1,
+        "unfinished_tasks": 0,
+    }
     assert main(["dataflow", "show", "flow", *cli_args(settings)]) == 1
     assert main(["dataflow", "rm", "flow", *cli_args(settings)]) == 1
     assert "no dataflow named 'flow'" in capsys.readouterr().err
+
+
+def test_dataflow_rm_is_refused_while_unfinished_tasks_use_it_unless_forced(settings, capsys):
+    made = create_dataflow(settings, "flow", DSL)
+    other = create_dataflow(settings, "flow", DSL, tenant_id="acme")  # same name, another tenant
+    base = {"task_type": "dataflow", "payload": {"dataflow_id": made.id}}
+    with unit():
+        for tid, status, extra in [
+            ("t-queued", "queued", {}),
+            ("t-held", "held", {}),
+            ("t-done", "done", {}),  # finished: no longer needs it
+            ("t-other-flow", "queued", {"payload": {"dataflow_id": "another"}}),
+            ("t-other-tenant", "queued", {"tenant_id": "acme", "payload": {"dataflow_id": other.id}}),
+        ]:
+            Task.insert(id=tid, status=status, **{**base, **extra}).execute()
+    assert main(["dataflow", "rm", "flow", *cli_args(settings)]) == 1
+    err = capsys.readouterr().err
+    assert "used by 2 unfinished task(s) (t-held, t-queued)" in err and "--force" in err
+    assert main(["dataflow", "show", "flow", *cli_args(settings)]) == 0  # nothing removed
+    capsys.readouterr()
+    assert main(["dataflow", "rm", "flow", "--force", "--json", *cli_args(settings)]) == 0
+    assert json.loads(capsys.readouterr().out)["unfinished_tasks"] == 2
+    assert main(["dataflow", "show", "flow", *cli_args(settings)]) == 1
+    assert main(["dataflow", "show", "flow", "--tenant", "acme", *cli_args(settings)]) == 0
 
 
 def test_memory_rm_one_message_then_the_memory(settings, capsys):
