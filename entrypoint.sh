@@ -60,6 +60,12 @@ find_jemalloc() {
 }
 JEMALLOC=$(find_jemalloc)
 if [ -n "$JEMALLOC" ]; then log "preloading $JEMALLOC"; else log "no libjemalloc on this system: using the default allocator"; fi
+# jemalloc's default purging hands freed pages back to the kernel a few at a time, and every
+# encode batch then faults them in again: torch's encode cost 15-25 % more CPU a text than under
+# glibc. Never purging dirty pages is 1.2x glibc's speed; one arena keeps the pages the encode
+# threads leave from being held once per thread (bench/README.md, "The allocator").
+# An operator's own MALLOC_CONF wins.
+JEMALLOC_CONF=${MALLOC_CONF:-dirty_decay_ms:-1,narenas:1}
 
 calc() { awk "BEGIN { print $* }"; }
 
@@ -70,7 +76,7 @@ supervise() {
   while [ "$stopping" = 0 ]; do
     started=$(date +%s)
     (
-      [ -n "$JEMALLOC" ] && export LD_PRELOAD="$JEMALLOC${LD_PRELOAD:+:$LD_PRELOAD}"
+      [ -n "$JEMALLOC" ] && export LD_PRELOAD="$JEMALLOC${LD_PRELOAD:+:$LD_PRELOAD}" MALLOC_CONF="$JEMALLOC_CONF"
       [ "${INGEST_METRICS_PORT:-0}" != 0 ] && export INGEST_METRICS_PORT=$((INGEST_METRICS_PORT + n))
       [ "${INGEST_HEALTHCHECK_PORT:-0}" != 0 ] && export INGEST_HEALTHCHECK_PORT=$((INGEST_HEALTHCHECK_PORT + n))
       exec "${EXE[@]}" "$name"

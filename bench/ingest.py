@@ -148,6 +148,9 @@ class ProcessWatch:
         self._thread.join()
 
 
+JEMALLOC_CONF = "dirty_decay_ms:-1,narenas:1"  # as entrypoint.sh sets it (bench/README.md, the allocator)
+
+
 def find_jemalloc() -> str:
     for path in ("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2"):
         if os.path.exists(path):
@@ -271,6 +274,7 @@ def end_to_end(
     jemalloc = "" if allocator == "default" else find_jemalloc()
     if jemalloc:  # as entrypoint.sh runs executors
         env["LD_PRELOAD"] = jemalloc + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
+        env["MALLOC_CONF"] = os.environ.get("MALLOC_CONF", JEMALLOC_CONF)
     executor = subprocess.Popen([sys.executable, "-m", "executor", "bench_0"], cwd=ROOT, env=env)
     rss = ProcessWatch(executor.pid)
     services = service_processes()
@@ -349,9 +353,9 @@ def main(argv: list[str] | None = None) -> int:
     settings = fresh_settings(base).replace(embedding_backend=args.backend)
     docs = real_documents(args.docs)
     print(f"{len(docs)} documents, {sum(len(d) for _, d in docs) / 1e6:.1f} MB of text")
-    print(
-        f"executor allocator: {'glibc malloc' if args.allocator == 'default' else find_jemalloc() or 'glibc malloc'}"
-    )
+    jemalloc = "" if args.allocator == "default" else find_jemalloc()
+    conf = os.environ.get("MALLOC_CONF", JEMALLOC_CONF)
+    print(f"executor allocator: {f'{jemalloc} (MALLOC_CONF={conf})' if jemalloc else 'glibc malloc'}")
 
     encode: Any = None
     raw_name = ""

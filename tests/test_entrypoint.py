@@ -14,6 +14,7 @@ from pathlib import Path
 
 import orjson
 import psutil
+import pytest
 
 from db.keys import Keys
 from db.streams import connect
@@ -135,3 +136,35 @@ def test_consumer_numbers_and_ports_are_base_plus_n(settings, tmp_path):
         if proc.poll() is None:
             proc.kill()
         client.close()
+
+
+JEMALLOC_PATHS = ("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2")
+
+
+def _allocator_env(tmp_path: Path, **extra: str) -> str:
+    """What an executor started by entrypoint.sh sees as LD_PRELOAD and MALLOC_CONF."""
+    probe = tmp_path / "probe.sh"
+    probe.write_text(
+        f'#!/bin/sh\necho "$LD_PRELOAD|$MALLOC_CONF" > {tmp_path}/seen.tmp\nmv {tmp_path}/seen.tmp {tmp_path}/seen\nexec sleep 30\n'
+    )
+    probe.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "MALLOC_CONF")}
+    env.update({"WS": "1", "INGEST_EXECUTOR_CMD": str(probe), **extra})
+    proc = subprocess.Popen(["bash", str(ROOT / "entrypoint.sh")], env=env, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: (tmp_path / "seen").exists(), timeout_s=20)
+        return (tmp_path / "seen").read_text().strip()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+
+
+def test_jemalloc_is_preloaded_without_purging_unless_the_operator_configures_it(tmp_path):
+    jemalloc = next((p for p in JEMALLOC_PATHS if os.path.exists(p)), None)
+    if jemalloc is None:
+        pytest.skip(
+            "libjemalloc2 is not installed: entrypoint.sh then runs executors on the default allocator"
+        )
+    assert _allocator_env(tmp_path) == f"{jemalloc}|dirty_decay_ms:-1,narenas:1"
+    (tmp_path / "seen").unlink()
+    assert _allocator_env(tmp_path, MALLOC_CONF="dirty_decay_ms:5000") == f"{jemalloc}|dirty_decay_ms:5000"
