@@ -63,7 +63,7 @@ if [ -n "$JEMALLOC" ]; then log "preloading $JEMALLOC"; else log "no libjemalloc
 # jemalloc's default purging hands freed pages back to the kernel a few at a time, and every
 # encode batch then faults them in again: torch's encode cost 15-25 % more CPU a text than under
 # glibc. Never purging dirty pages is 1.2x glibc's speed; one arena keeps the pages the encode
-# threads leave from being held once per thread (bench/README.md, "The allocator").
+# threads leave from being held once per thread (bench/README.md, "the allocator was the cause").
 # An operator's own MALLOC_CONF wins.
 JEMALLOC_CONF=${MALLOC_CONF:-dirty_decay_ms:-1,narenas:1}
 
