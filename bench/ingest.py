@@ -151,6 +151,11 @@ class ProcessWatch:
 JEMALLOC_CONF = "dirty_decay_ms:-1,narenas:1"  # as entrypoint.sh sets it (bench/README.md, the allocator)
 
 
+def jemalloc_conf() -> str:
+    """The executor's MALLOC_CONF: the caller's own, else entrypoint.sh's default."""
+    return os.environ.get("MALLOC_CONF", JEMALLOC_CONF)
+
+
 def find_jemalloc() -> str:
     for path in ("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2"):
         if os.path.exists(path):
@@ -274,7 +279,7 @@ def end_to_end(
     jemalloc = "" if allocator == "default" else find_jemalloc()
     if jemalloc:  # as entrypoint.sh runs executors
         env["LD_PRELOAD"] = jemalloc + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
-        env["MALLOC_CONF"] = os.environ.get("MALLOC_CONF", JEMALLOC_CONF)
+        env["MALLOC_CONF"] = jemalloc_conf()
     executor = subprocess.Popen([sys.executable, "-m", "executor", "bench_0"], cwd=ROOT, env=env)
     rss = ProcessWatch(executor.pid)
     services = service_processes()
@@ -354,8 +359,9 @@ def main(argv: list[str] | None = None) -> int:
     docs = real_documents(args.docs)
     print(f"{len(docs)} documents, {sum(len(d) for _, d in docs) / 1e6:.1f} MB of text")
     jemalloc = "" if args.allocator == "default" else find_jemalloc()
-    conf = os.environ.get("MALLOC_CONF", JEMALLOC_CONF)
-    print(f"executor allocator: {f'{jemalloc} (MALLOC_CONF={conf})' if jemalloc else 'glibc malloc'}")
+    print(
+        f"executor allocator: {f'{jemalloc} (MALLOC_CONF={jemalloc_conf()})' if jemalloc else 'glibc malloc'}"
+    )
 
     encode: Any = None
     raw_name = ""
