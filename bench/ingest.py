@@ -16,6 +16,12 @@ feed). ``--runs N`` interleaves N pairs (a fresh database and executor for each 
 run, then the raw encode of its chunks) and prints the medians: on a shared machine a run of
 either kind may be slowed by others' work, and interleaving spreads that over both.
 
+Both phases run on the same allocator: the executor as entrypoint.sh starts it (jemalloc,
+``MALLOC_CONF=dirty_decay_ms:-1,narenas:1``, :mod:`ingest.allocator`), and the bench re-executes
+itself the same way before it starts, so the raw encode in its own process gets that malloc too
+(on glibc's it is about 0.8x as fast: bench/README.md, "the allocator was the cause").
+``--allocator default`` runs both on the system's malloc.
+
 Measured here (2 cores shared with other engineers' test runs, load average 2.3–3.6), 240
 documents, 8219 chunks of ≤ 192 word pieces, jemalloc: end to end 548 s, 15.0 chunks/s; raw
 encode 378 s, 21.7 chunks/s: 0.69 by the wall clock, but the executor got 1.18 cores on average
@@ -31,6 +37,7 @@ import argparse
 import contextlib
 import hashlib
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -54,6 +61,8 @@ from db.keys import Keys  # noqa: E402
 from db.models import TERMINAL_STATES, Chunk, Task  # noqa: E402
 from db.schema import init_schema  # noqa: E402
 from db.streams import Streams, connect  # noqa: E402
+from ingest.allocator import describe as describe_allocator  # noqa: E402
+from ingest.allocator import find_jemalloc, loaded_jemalloc, preload_env  # noqa: E402
 
 DB_NAME = "ingest_bench"
 PREFIX = "ingest_bench"
@@ -148,19 +157,25 @@ class ProcessWatch:
         self._thread.join()
 
 
-JEMALLOC_CONF = "dirty_decay_ms:-1,narenas:1"  # as entrypoint.sh sets it (bench/README.md, the allocator)
+def same_allocator(allocator: str, argv: list[str]) -> None:
+    """Run this bench again under the executor's allocator unless it already is, so that its raw
+    phase measures the same malloc as the executor (jemalloc as entrypoint.sh sets it; the system's
+    malloc with ``--allocator default``, which needs nothing)."""
+    if allocator == "jemalloc" and loaded_jemalloc() is None and find_jemalloc():
+        sys.stdout.flush()
+        os.execve(  # noqa: S606 - this interpreter and this file, as the user ran them
+            sys.executable, [sys.executable, str(Path(__file__).resolve()), *argv], preload_env(os.environ)
+        )
 
 
-def jemalloc_conf() -> str:
-    """The executor's MALLOC_CONF: the caller's own, else entrypoint.sh's default."""
-    return os.environ.get("MALLOC_CONF", JEMALLOC_CONF)
-
-
-def find_jemalloc() -> str:
-    for path in ("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2"):
-        if os.path.exists(path):
-            return path
-    return ""
+def executor_env(env: dict[str, str], allocator: str) -> dict[str, str]:
+    if allocator == "jemalloc":
+        return preload_env(env)  # as entrypoint.sh runs executors
+    env = dict(env)
+    if "libjemalloc" in env.get("LD_PRELOAD", ""):
+        env.pop("LD_PRELOAD")
+    env.pop("MALLOC_CONF", None)
+    return env
 
 
 def wait_terminal(task_ids: list[str], timeout_s: float) -> dict[str, int]:
@@ -276,11 +291,9 @@ def end_to_end(
         "INGEST_EMBEDDING_BACKEND": backend,
         "INGEST_METRICS_PORT": str(port := free_port()),  # read twice: the encoder's busy seconds
     }
-    jemalloc = "" if allocator == "default" else find_jemalloc()
-    if jemalloc:  # as entrypoint.sh runs executors
-        env["LD_PRELOAD"] = jemalloc + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
-        env["MALLOC_CONF"] = jemalloc_conf()
-    executor = subprocess.Popen([sys.executable, "-m", "executor", "bench_0"], cwd=ROOT, env=env)
+    executor = subprocess.Popen(
+        [sys.executable, "-m", "executor", "bench_0"], cwd=ROOT, env=executor_env(env, allocator)
+    )
     rss = ProcessWatch(executor.pid)
     services = service_processes()
     try:
@@ -351,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         help="also write ingest_rate.png of this run there (the plots extra)",
     )
     args = parser.parse_args(argv)
+    same_allocator(args.allocator, sys.argv[1:] if argv is None else argv)
     if args.plot:
         from bench import plots  # before the run: a missing matplotlib fails at once
 
@@ -358,9 +372,14 @@ def main(argv: list[str] | None = None) -> int:
     settings = fresh_settings(base).replace(embedding_backend=args.backend)
     docs = real_documents(args.docs)
     print(f"{len(docs)} documents, {sum(len(d) for _, d in docs) / 1e6:.1f} MB of text")
-    jemalloc = "" if args.allocator == "default" else find_jemalloc()
+    wanted = executor_env(dict(os.environ), args.allocator)
+    executor_malloc = (
+        f"jemalloc ({wanted['LD_PRELOAD'].split(':')[0]}, MALLOC_CONF={wanted.get('MALLOC_CONF', 'its defaults')})"
+        if "libjemalloc" in wanted.get("LD_PRELOAD", "")
+        else "the system's malloc"
+    )
     print(
-        f"executor allocator: {f'{jemalloc} (MALLOC_CONF={jemalloc_conf()})' if jemalloc else 'glibc malloc'}"
+        f"allocator: executor {executor_malloc}; this process (the raw phase) {describe_allocator(os.environ)[0]}"
     )
 
     encode: Any = None
@@ -407,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(
             f"{tag}raw CPU: {raw_cpu:.1f} s, {1000 * raw_cpu / n:.1f} ms a chunk; this process's RSS "
-            f"{me.memory_info().rss / 2**20:.0f} MiB"
+            f"{me.memory_info().rss / 2**20:.0f} MiB, peak {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}"
         )
         print(
             f"{tag}ratio end to end / raw: {ratios[-1]:.2f} (goal ≥ 0.95); per CPU second: {per_cpu[-1]:.2f} "

@@ -34,10 +34,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import psutil  # noqa: E402
 
-from bench.ingest import find_jemalloc, fresh_settings, real_documents, wait_terminal  # noqa: E402
+from bench.ingest import fresh_settings, real_documents, wait_terminal  # noqa: E402
 from db.config import Settings  # noqa: E402
 from db.database import close_database, init_database  # noqa: E402
 from db.models import DONE  # noqa: E402
+from ingest.allocator import preload_env  # noqa: E402
 
 MIB = 2**20
 
@@ -103,11 +104,13 @@ def main(argv: list[str] | None = None) -> int:
         "INGEST_EXTRA_HANDLERS": "noop=bench.dispatch:noop",
         "PYTHONPATH": str(ROOT),
     }
-    if jemalloc := find_jemalloc():
-        env["LD_PRELOAD"] = jemalloc + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
+    env = preload_env(env)  # as entrypoint.sh runs executors
+    allocator = (
+        f"{env['LD_PRELOAD']} (MALLOC_CONF={env['MALLOC_CONF']})" if "MALLOC_CONF" in env else "glibc malloc"
+    )
     executor = subprocess.Popen([sys.executable, "-m", "executor", "soak_0"], cwd=ROOT, env=env)
     samples = Samples(executor.pid)
-    print(f"soak: {n} {args.kind} tasks in waves of {args.wave}; allocator {jemalloc or 'glibc malloc'}")
+    print(f"soak: {n} {args.kind} tasks in waves of {args.wave}; allocator {allocator}")
     print(f"{'tasks':>8} {'executor MiB':>13} {'worker MiB':>11} {'wave s':>7}")
     failed = 0
     try:

@@ -17,6 +17,8 @@ import trio
 
 from db.config import Settings, parse_bool, parse_duration
 from executor.logs import setup_logging
+from ingest.allocator import JEMALLOC_CONF
+from ingest.allocator import describe as describe_allocator
 
 log = logging.getLogger("executor.cli")
 
@@ -105,6 +107,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ingest-executor: {exc}", file=sys.stderr)
         return EXIT_USAGE
     setup_logging(settings, consumer)
+    allocator, best = describe_allocator(os.environ)
+    if best:
+        log.info("allocator: %s", allocator)
+    else:  # started outside entrypoint.sh (bench/README.md, "the allocator was the cause")
+        log.warning(
+            "allocator: %s; entrypoint.sh preloads jemalloc with MALLOC_CONF=%s", allocator, JEMALLOC_CONF
+        )
     delay = stagger_delay_s(consumer, settings.stagger_s)
     if delay:
         log.info("staggered start: waiting %.2f s", delay)

@@ -18,6 +18,7 @@ import pytest
 
 from db.keys import Keys
 from db.streams import connect
+from ingest.allocator import JEMALLOC_CONF, find_jemalloc
 from tests.helpers import wait_until
 from tests.observe import wait_health
 from tests.procs import free_port
@@ -138,9 +139,6 @@ def test_consumer_numbers_and_ports_are_base_plus_n(settings, tmp_path):
         client.close()
 
 
-JEMALLOC_PATHS = ("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2")
-
-
 def _allocator_env(tmp_path: Path, **extra: str) -> str:
     """What an executor started by entrypoint.sh sees as LD_PRELOAD and MALLOC_CONF."""
     probe = tmp_path / "probe.sh"
@@ -160,14 +158,13 @@ def _allocator_env(tmp_path: Path, **extra: str) -> str:
 
 
 def test_jemalloc_is_preloaded_without_purging_unless_the_operator_configures_it(tmp_path):
-    jemalloc = next((p for p in JEMALLOC_PATHS if os.path.exists(p)), None)
-    if jemalloc is None:
+    if find_jemalloc() is None:
         pytest.skip(
             "libjemalloc2 is not installed: entrypoint.sh then runs executors on the default allocator"
         )
     # entrypoint.sh may find another copy first (pkg-config's libdir): any libjemalloc will do.
     preload, conf = _allocator_env(tmp_path).split("|")
-    assert "libjemalloc" in preload and conf == "dirty_decay_ms:-1,narenas:1"
+    assert "libjemalloc" in preload and conf == JEMALLOC_CONF == "dirty_decay_ms:-1,narenas:1"
     (tmp_path / "seen").unlink()
     preload, conf = _allocator_env(tmp_path, MALLOC_CONF="dirty_decay_ms:5000").split("|")
     assert "libjemalloc" in preload and conf == "dirty_decay_ms:5000"

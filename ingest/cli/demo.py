@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from db.config import Settings
+from ingest.allocator import preload_env
 from ingest.cli.common import EXIT_FAILED, EXIT_OK, GlobalOptions, err, json_out, new_console, out
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -31,7 +32,7 @@ def _child_env(settings: Settings) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
-    return env
+    return preload_env(env)  # the allocator entrypoint.sh gives a fleet (ingest/allocator.py)
 
 
 def _start_fleet(settings: Settings, n: int, log_path: Path) -> list[subprocess.Popen[bytes]]:

@@ -6,11 +6,13 @@ import dataclasses
 import random
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from db.config import Settings
 from executor.cli import EXIT_USAGE, main, parse_args, stagger_delay_s
+from ingest.allocator import JEMALLOC_CONF, find_jemalloc, loaded_jemalloc, preload_env
 from tests.procs import ROOT, ExecutorProcess
 
 
@@ -72,3 +74,25 @@ def test_a_flag_reaches_a_real_executor_over_its_environment(xsettings, db, tmp_
     with ExecutorProcess(settings, "host_1", tmp_path / "x.log", "--max-concurrent-tasks", "6") as proc:
         assert proc.wait_ready()["max_concurrent_tasks"] == 6
         assert proc.stop() == 0
+
+
+def test_an_executor_logs_its_allocator_and_warns_when_it_runs_slower_than_entrypoint_sh_would(
+    xsettings, db, tmp_path
+):
+    jemalloc = find_jemalloc()
+    if jemalloc is None:
+        pytest.skip("libjemalloc is not installed: every executor runs on the system's malloc")
+    with ExecutorProcess(xsettings, "host_1", tmp_path / "je.log", **preload_env({"LD_PRELOAD": ""})) as proc:
+        proc.wait_ready()
+        assert loaded_jemalloc(Path(f"/proc/{proc.pid}/maps")) is not None
+        assert proc.stop() == 0
+    line = next(ln for ln in proc.log_lines() if "allocator:" in ln)
+    assert f"allocator: jemalloc ({jemalloc}, MALLOC_CONF={JEMALLOC_CONF})" in line and "WARNING" not in line
+
+    with ExecutorProcess(xsettings, "host_2", tmp_path / "glibc.log", LD_PRELOAD="", MALLOC_CONF="") as proc:
+        proc.wait_ready()
+        assert loaded_jemalloc(Path(f"/proc/{proc.pid}/maps")) is None
+        assert proc.stop() == 0
+    line = next(ln for ln in proc.log_lines() if "allocator:" in ln)
+    assert "WARNING" in line and f"the system's malloc, though {jemalloc} is installed" in line
+    assert f"entrypoint.sh preloads jemalloc with MALLOC_CONF={JEMALLOC_CONF}" in line
