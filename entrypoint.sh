@@ -64,8 +64,8 @@ if [ -n "$JEMALLOC" ]; then log "preloading $JEMALLOC"; else log "no libjemalloc
 # encode batch then faults them in again: torch's encode cost 15-25 % more CPU a text than under
 # glibc. Never purging dirty pages is 1.2x glibc's speed; one arena keeps the pages the encode
 # threads leave from being held once per thread (bench/README.md, "the allocator was the cause").
-# An operator's own MALLOC_CONF wins. ingest/allocator.py holds the same default and paths for
-# the executors Python starts (ingest demo, the benches); a test keeps the two the same.
+# An operator's own MALLOC_CONF wins. ingest/allocator.py holds the same default for the
+# executors Python starts (ingest demo, the benches); a test keeps the two the same.
 JEMALLOC_CONF=${MALLOC_CONF:-dirty_decay_ms:-1,narenas:1}
 
 calc() { awk "BEGIN { print $* }"; }

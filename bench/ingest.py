@@ -20,7 +20,7 @@ Both phases run on the same allocator: the executor as entrypoint.sh starts it (
 ``MALLOC_CONF=dirty_decay_ms:-1,narenas:1``, :mod:`ingest.allocator`), and the bench re-executes
 itself the same way before it starts, so the raw encode in its own process gets that malloc too
 (on glibc's it is about 0.8x as fast: bench/README.md, "the allocator was the cause").
-``--allocator default`` runs both on the system's malloc.
+``--allocator default`` runs the executor on the system's malloc (and the bench as it was started).
 
 Measured here (2 cores shared with other engineers' test runs, load average 2.3–3.6), 240
 documents, 8219 chunks of ≤ 192 word pieces, jemalloc: end to end 548 s, 15.0 chunks/s; raw
@@ -157,23 +157,35 @@ class ProcessWatch:
         self._thread.join()
 
 
-def same_allocator(allocator: str, argv: list[str]) -> None:
-    """Run this bench again under the executor's allocator unless it already is, so that its raw
-    phase measures the same malloc as the executor (jemalloc as entrypoint.sh sets it; the system's
-    malloc with ``--allocator default``, which needs nothing)."""
-    if allocator == "jemalloc" and loaded_jemalloc() is None and find_jemalloc():
-        sys.stdout.flush()
-        os.execve(  # noqa: S606 - this interpreter and this file, as the user ran them
-            sys.executable, [sys.executable, str(Path(__file__).resolve()), *argv], preload_env(os.environ)
+REEXEC_MARK = "BENCH_INGEST_REEXECUTED"  # set for the second start: never a third
+
+
+def same_allocator(allocator: str) -> None:
+    """Start this bench again under the executor's allocator unless it already is, so that its
+    raw phase measures the same malloc as the executor (jemalloc as entrypoint.sh sets it). Only
+    from the command line (``__main__``), and once: a preloaded jemalloc that fails to load is
+    reported, not retried."""
+    if allocator != "jemalloc" or loaded_jemalloc() is not None or not find_jemalloc():
+        return
+    if os.environ.get(REEXEC_MARK):
+        print(
+            f"jemalloc did not load (LD_PRELOAD={os.environ.get('LD_PRELOAD', '')}): the raw phase runs on glibc's"
         )
+        return
+    sys.stdout.flush()
+    env = {**preload_env(os.environ), REEXEC_MARK: "1"}
+    os.execve(sys.executable, sys.orig_argv, env)  # noqa: S606 - this interpreter, as the user ran it
 
 
 def executor_env(env: dict[str, str], allocator: str) -> dict[str, str]:
+    """The executor's environment: jemalloc as entrypoint.sh sets it, or (``default``) with any
+    jemalloc taken out of ``LD_PRELOAD`` and no ``MALLOC_CONF``: the system's malloc."""
     if allocator == "jemalloc":
-        return preload_env(env)  # as entrypoint.sh runs executors
+        return preload_env(env)
     env = dict(env)
-    if "libjemalloc" in env.get("LD_PRELOAD", ""):
-        env.pop("LD_PRELOAD")
+    kept = [lib for lib in env.pop("LD_PRELOAD", "").split(":") if lib and "libjemalloc" not in lib]
+    if kept:
+        env["LD_PRELOAD"] = ":".join(kept)
     env.pop("MALLOC_CONF", None)
     return env
 
@@ -339,7 +351,7 @@ def end_to_end(
     )
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, may_reexec: bool = False) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=240, help="documents to ingest (≥ 200)")
     parser.add_argument(
@@ -364,7 +376,8 @@ def main(argv: list[str] | None = None) -> int:
         help="also write ingest_rate.png of this run there (the plots extra)",
     )
     args = parser.parse_args(argv)
-    same_allocator(args.allocator, sys.argv[1:] if argv is None else argv)
+    if may_reexec:
+        same_allocator(args.allocator)
     if args.plot:
         from bench import plots  # before the run: a missing matplotlib fails at once
 
@@ -374,7 +387,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(docs)} documents, {sum(len(d) for _, d in docs) / 1e6:.1f} MB of text")
     wanted = executor_env(dict(os.environ), args.allocator)
     executor_malloc = (
-        f"jemalloc ({wanted['LD_PRELOAD'].split(':')[0]}, MALLOC_CONF={wanted.get('MALLOC_CONF', 'its defaults')})"
+        f"jemalloc ({next(lib for lib in wanted['LD_PRELOAD'].split(':') if 'libjemalloc' in lib)}, "
+        f"MALLOC_CONF={wanted.get('MALLOC_CONF', 'its defaults')})"
         if "libjemalloc" in wanted.get("LD_PRELOAD", "")
         else "the system's malloc"
     )
@@ -426,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(
             f"{tag}raw CPU: {raw_cpu:.1f} s, {1000 * raw_cpu / n:.1f} ms a chunk; this process's RSS "
-            f"{me.memory_info().rss / 2**20:.0f} MiB, peak {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}"
+            f"{me.memory_info().rss / 2**20:.0f} MiB, peak {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"
         )
         print(
             f"{tag}ratio end to end / raw: {ratios[-1]:.2f} (goal ≥ 0.95); per CPU second: {per_cpu[-1]:.2f} "
@@ -472,4 +486,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(may_reexec=True))

@@ -105,8 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         "PYTHONPATH": str(ROOT),
     }
     env = preload_env(env)  # as entrypoint.sh runs executors
+    jemalloc = next((lib for lib in env.get("LD_PRELOAD", "").split(":") if "libjemalloc" in lib), None)
     allocator = (
-        f"{env['LD_PRELOAD']} (MALLOC_CONF={env['MALLOC_CONF']})" if "MALLOC_CONF" in env else "glibc malloc"
+        f"{jemalloc} (MALLOC_CONF={env.get('MALLOC_CONF', 'its defaults')})" if jemalloc else "glibc malloc"
     )
     executor = subprocess.Popen([sys.executable, "-m", "executor", "soak_0"], cwd=ROOT, env=env)
     samples = Samples(executor.pid)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 JEMALLOC_CONF = "dirty_decay_ms:-1,narenas:1"  # entrypoint.sh's default, too
-JEMALLOC_PATHS = (  # Debian's and Ubuntu's libjemalloc2, then the usual other places (as entrypoint.sh looks)
+JEMALLOC_PATHS = (  # Debian's and Ubuntu's libjemalloc2, then the usual other places (entrypoint.sh asks pkg-config first)
     "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
     "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2",
     "/usr/lib/libjemalloc.so.2",
@@ -62,8 +62,8 @@ def describe(
     """What this process allocates with, in words, and whether that is the embedding's best.
 
     The second value is False where jemalloc is installed and not loaded (an executor started
-    outside entrypoint.sh), or loaded without ``MALLOC_CONF``, i.e. purging: encode then runs
-    at about 0.8x the speed.
+    outside entrypoint.sh: torch's encode then runs at about 0.8x the speed), or loaded without
+    ``MALLOC_CONF``, i.e. purging (about 0.7x). A ``MALLOC_CONF`` of the operator's is their choice.
     """
     path = loaded_jemalloc(maps)
     if path is None:
@@ -73,5 +73,5 @@ def describe(
         return f"the system's malloc, though {installed} is installed: encode runs about 0.8x as fast", False
     conf = env.get("MALLOC_CONF", "")
     if not conf:
-        return f"jemalloc ({path}) with its default purging: encode runs about 0.8x as fast", False
+        return f"jemalloc ({path}) with its default purging: encode runs about 0.7x as fast", False
     return f"jemalloc ({path}, MALLOC_CONF={conf})", True

@@ -157,6 +157,11 @@ def _allocator_env(tmp_path: Path, **extra: str) -> str:
         proc.wait(timeout=20)
 
 
+def test_entrypoint_sh_defaults_to_the_malloc_conf_the_python_started_executors_get():
+    # ingest demo and the benches start executors through ingest.allocator, the fleet through this
+    assert f"JEMALLOC_CONF=${{MALLOC_CONF:-{JEMALLOC_CONF}}}" in (ROOT / "entrypoint.sh").read_text()
+
+
 def test_jemalloc_is_preloaded_without_purging_unless_the_operator_configures_it(tmp_path):
     if find_jemalloc() is None:
         pytest.skip(

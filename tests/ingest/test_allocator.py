@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from db.config import Settings
-from ingest.allocator import JEMALLOC_CONF, describe, find_jemalloc, loaded_jemalloc, preload_env
+from ingest import allocator
+from ingest.allocator import JEMALLOC_CONF, describe, loaded_jemalloc, preload_env
 from ingest.cli.demo import _child_env
 
 
@@ -54,12 +55,10 @@ def test_describe_reads_the_process_maps_and_flags_what_slows_encode(tmp_path):
     assert loaded_jemalloc(tmp_path / "no-such-maps") is None
 
 
-def test_the_demo_fleet_gets_the_allocator_entrypoint_sh_gives(monkeypatch):
-    monkeypatch.delenv("LD_PRELOAD", raising=False)
+def test_the_demo_fleet_gets_the_allocator_entrypoint_sh_gives(monkeypatch, tmp_path):
+    lib = _fake_lib(tmp_path)
+    monkeypatch.setattr(allocator, "find_jemalloc", lambda paths=(): lib)
+    monkeypatch.setenv("LD_PRELOAD", "/opt/other.so")
     monkeypatch.delenv("MALLOC_CONF", raising=False)
     env = _child_env(Settings())
-    jemalloc = find_jemalloc()
-    if jemalloc is None:
-        assert "LD_PRELOAD" not in env and "MALLOC_CONF" not in env
-    else:
-        assert env["LD_PRELOAD"] == jemalloc and env["MALLOC_CONF"] == JEMALLOC_CONF
+    assert env["LD_PRELOAD"] == f"{lib}:/opt/other.so" and env["MALLOC_CONF"] == JEMALLOC_CONF
