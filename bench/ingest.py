@@ -169,7 +169,7 @@ def same_allocator(allocator: str) -> None:
         return
     if os.environ.get(REEXEC_MARK):
         print(
-            f"jemalloc did not load (LD_PRELOAD={os.environ.get('LD_PRELOAD', '')}): the raw phase runs on glibc's"
+            f"jemalloc did not load (LD_PRELOAD={os.environ.get('LD_PRELOAD', '')}): the raw phase runs on the system's malloc"
         )
         return
     sys.stdout.flush()
