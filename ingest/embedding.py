@@ -20,22 +20,26 @@ and parse worker processes never pay for them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import queue
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
+import outcome
 import trio
 
 from ingest.errors import PermanentError
 from ingest.ids import model_identity  # here since it moved to ingest.ids (kept for importers)
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 WINDOW_BATCHES = 4
 STARVE_AFTER_S = 2.0  # a request not served this long goes first (one batch of its texts a window)
 
@@ -133,7 +137,52 @@ class _Request:
     served_at: float = field(default_factory=time.monotonic)  # when it last got texts into a batch
 
 
-def _timed(encode: Callable[[Sequence[str], int], np.ndarray], texts: Sequence[str], batch: int) -> tuple[np.ndarray, float]:
+class EncodeThread:
+    """One long-lived thread that runs every encode call of this process, one after another.
+
+    torch's OpenMP keeps a team of threads for each thread that calls into it, and trio's thread
+    cache hands a call to whichever of its workers is idle: the encode calls of an executor
+    wandered over half a dozen threads and as many OpenMP teams. A throwaway probe (1,024
+    chunks, windows of 128, jemalloc as entrypoint.sh sets it) used 1.83-1.89 cores from six
+    calling threads against 1.94-1.97 from one, and held 20-30 MiB more (bench/README.md).
+    """
+
+    def __init__(self, name: str = "embedding-encode") -> None:
+        self._name = name
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def _serve(self) -> None:
+        while True:
+            self._jobs.get()()
+
+    async def run_sync(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in the thread. Like ``trio.to_thread.run_sync``, a call that has started
+        is waited for, not abandoned, when the caller is cancelled."""
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name=self._name, daemon=True)
+                self._thread.start()
+        token = trio.lowlevel.current_trio_token()
+        task = trio.lowlevel.current_task()
+
+        def job() -> None:
+            result = outcome.capture(fn, *args)
+            with contextlib.suppress(trio.RunFinishedError):  # the run ended: nobody to tell
+                token.run_sync_soon(trio.lowlevel.reschedule, task, result)
+
+        self._jobs.put(job)
+        value: T = await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
+        return value
+
+
+_encode_thread = EncodeThread()  # one per process, as the model (``_embedders``) is
+
+
+def _timed(
+    encode: Callable[[Sequence[str], int], np.ndarray], texts: Sequence[str], batch: int
+) -> tuple[np.ndarray, float]:
     """In the encode thread: the vectors and the wall seconds the call took."""
     started = time.perf_counter()
     vectors = encode(texts, batch)
@@ -279,9 +328,10 @@ class EmbeddingService:
         texts = [t for request, start, end in batch for t in request.texts[start:end]]
         try:
             embedder = await self.embedder()
-            vectors, seconds = await trio.to_thread.run_sync(
-                _timed, embedder.encode, texts, self.batch_size, limiter=self._limiter
-            )
+            async with self._limiter:
+                vectors, seconds = await _encode_thread.run_sync(
+                    _timed, embedder.encode, texts, self.batch_size
+                )
         except Exception as exc:  # noqa: BLE001 - routed to the tasks whose texts these were
             error = exc if isinstance(exc, PermanentError) else PermanentError(f"embedding failed: {exc}")
             for request, _, _ in batch:

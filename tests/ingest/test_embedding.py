@@ -3,13 +3,14 @@ the texts of tasks running at the same time together."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
 import pytest
 import trio
 
-from ingest.embedding import EmbeddingService, load_embedder, model_identity
+from ingest.embedding import Embedder, EmbeddingService, load_embedder, model_identity
 from ingest.errors import PermanentError
 from tests.fixtures_docs import embedder  # noqa: F401 - the session's one model
 
@@ -111,7 +112,9 @@ async def test_no_texts_no_encode(embedder):  # noqa: F811
 async def test_hole9_a_large_request_is_not_starved_by_a_steady_stream_of_small_ones(embedder):  # noqa: F811
     """Issue 12 hole 9: shortest-remaining-first let small requests pass a large one for ever;
     now a request that got nothing for ``starve_after_s`` is served first."""
-    service = EmbeddingService(embedder.model, batch_size=3, limiter=trio.CapacityLimiter(1), window_batches=2)
+    service = EmbeddingService(
+        embedder.model, batch_size=3, limiter=trio.CapacityLimiter(1), window_batches=2
+    )
     service.starve_after_s = 0.2
     big = [f"long document part {i}" for i in range(12)]
     first_progress: list[float] = []
@@ -155,3 +158,43 @@ async def test_each_encode_call_reports_its_texts_and_seconds(embedder):  # noqa
     assert all(seconds > 0 for _, seconds in calls)
     busy = service.statistics().busy_s
     assert busy == sum(seconds for _, seconds in calls) and 0 < busy <= elapsed
+
+
+class _ThreadRecordingModel:
+    """Stands in for a SentenceTransformer: records the thread of every encode call."""
+
+    def __init__(self) -> None:
+        self.threads: list[int] = []
+
+    def get_embedding_dimension(self) -> int:
+        return 3
+
+    def encode(self, texts: list[str], **_: object) -> np.ndarray:
+        self.threads.append(threading.get_ident())
+        time.sleep(0.002)
+        return np.ones((len(texts), 3), dtype=np.float32)
+
+
+async def test_every_encode_call_runs_on_one_thread_while_other_work_churns_trios_thread_cache():
+    # torch's OpenMP keeps a team of threads per calling thread: encode calls wandering over
+    # trio's cached workers used fewer cores and more memory (ingest.embedding.EncodeThread)
+    model = _ThreadRecordingModel()
+    service = EmbeddingService(
+        "fake", batch_size=2, limiter=trio.CapacityLimiter(1), loader=lambda name: Embedder(name, model)
+    )
+
+    async def other_blocking_work() -> None:  # database and Redis calls, as in an executor
+        for _ in range(40):
+            await trio.to_thread.run_sync(time.sleep, 0.001)
+
+    async def task(i: int) -> None:
+        for _ in range(5):
+            assert (await service.embed([f"text {i} {j}" for j in range(3)])).shape == (3, 3)
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(6):
+            nursery.start_soon(other_blocking_work)
+        for i in range(4):
+            nursery.start_soon(task, i)
+    assert len(model.threads) >= 8 and len(set(model.threads)) == 1  # 60 texts, windows of 8
+    assert model.threads[0] != threading.get_ident()  # off the trio thread
