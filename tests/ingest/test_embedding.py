@@ -23,6 +23,31 @@ def test_vectors_are_normalised_float32_of_the_model_dimension(embedder):  # noq
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
 
 
+def test_a_call_is_tokenized_once_sorted_by_tokens_and_each_batch_only_as_wide_as_its_longest(
+    embedder,  # noqa: F811
+):
+    # characters are a poor guess of tokens: "x " * 60 is 120 characters and 62 tokens, a
+    # number string of 40 characters is more tokens than a 60-character sentence
+    words = "Lighthouse keepers trimmed the wicks at dusk and wound the clockwork that turned the lens."
+    texts = [" ".join(words.split()[: 1 + (i * 7) % 15]) for i in range(23)]
+    texts += ["x " * 60, "0123456789" * 4, "", "Über die Brücke zum Café: naïve façade, 東京の灯台"]
+    st = embedder._st
+    tokens = sorted(
+        (len(ids) for ids in st.tokenizer(texts, truncation=True, max_length=st.max_seq_length)["input_ids"]),
+        reverse=True,
+    )
+    widths: list[int] = []
+    hook = st.register_forward_pre_hook(lambda _module, args: widths.append(args[0]["input_ids"].shape[1]))
+    try:
+        vectors = embedder.encode(texts, batch_size=5)
+    finally:
+        hook.remove()
+    assert widths == [tokens[i] for i in range(0, len(texts), 5)]  # one forward per batch, each cut
+    reference = st.encode(texts, batch_size=5, normalize_embeddings=True, convert_to_numpy=True)
+    assert vectors.dtype == np.float32 and vectors.shape == (len(texts), 384)
+    assert float((vectors * reference).sum(axis=1).min()) > 0.99999  # each row its own text's vector
+
+
 def test_the_model_is_loaded_once_per_process(embedder):  # noqa: F811
     assert load_embedder(embedder.model) is embedder
 
