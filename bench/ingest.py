@@ -127,10 +127,11 @@ def fresh_settings(base: Settings, db_name: str = DB_NAME, prefix: str = PREFIX)
 class ProcessWatch:
     """A process's peak RSS and its children's (the parse workers), and their CPU times.
 
-    The peaks are the kernel's high-water marks (``VmHWM``), exact however rarely they are read,
-    so the watch wakes once a second: sampling RSS ten times a second (and listing the children
-    through /proc each time) cost the bench 2.6 % of a core, taken from the end-to-end phase's
-    two cores and not from the raw phase's.
+    The peaks are the kernel's high-water marks (``VmHWM``), exact however rarely they are read
+    (a parse worker that exits between two reads takes its last second with it), so the watch
+    wakes once a second: sampling RSS ten times a second (and listing the children through /proc
+    each time) cost the bench 2.6 % of a core, taken from the end-to-end phase's two cores and
+    not from the raw phase's.
     """
 
     INTERVAL_S = 1.0
@@ -141,6 +142,7 @@ class ProcessWatch:
         self.main_cpu = 0.0
         self.children_cpu: dict[int, float] = {}
         self._stop = threading.Event()
+        self._lock = threading.Lock()  # the watch thread and cpu_s() both sample
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -157,6 +159,10 @@ class ProcessWatch:
             self._sample()
 
     def _sample(self) -> None:
+        with self._lock:
+            self._sample_locked()
+
+    def _sample_locked(self) -> None:
         try:
             self.peak_main = max(self.peak_main, peak_rss(self.proc))
             for child in self.proc.children(recursive=True):

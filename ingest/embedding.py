@@ -11,10 +11,10 @@ tasks (those with the fewest left first) and encodes them in a thread under the
 at the same time share batches instead of being encoded one task at a time; vectors are routed
 back to their tasks. Each call takes a
 window of up to :data:`WINDOW_BATCHES` batches, which :class:`Embedder` sorts by tokens before
-batching: measured on the bench corpus (8,344 chunks), a window of four batches sorted by tokens
-pads 2.8 % fewer tokens than one sort of all of them by characters (what
-``SentenceTransformer.encode`` does), a window of sixteen 4.4 % fewer, at four times the wait
-for a task that arrives during a call.
+batching: measured on the bench corpus (8,344 chunks), with a window of four batches sorted by
+tokens the model computes 2.8 % fewer tokens (real ones and padding) than with one sort of all
+of them by characters (what ``SentenceTransformer.encode`` does), with a window of sixteen 4.4 %
+fewer, at four times the wait for a task that arrives during a call.
 
 sentence-transformers (and torch) are imported only when a model is loaded: ``import ingest``
 and parse worker processes never pay for them.
@@ -29,7 +29,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -61,10 +61,10 @@ class Embedder:
     model in forward batches of ``batch_size``, each only as wide as its longest text
     (:meth:`_encode_token_sorted`). ``SentenceTransformer.encode`` sorts by characters instead,
     a poor guess of tokens for the same chunk size: on ``bench/ingest.py``'s 8,344 chunks in
-    windows of 128 texts, sorting by tokens pads 3.2 % fewer tokens than sorting by characters,
-    and 2.8 % fewer than one character sort of all of them at once (bench/README.md, "Padding").
-    A model without that interface (a stand-in, a prompt it adds itself, left padding) gets
-    ``encode`` as it is.
+    windows of 128 texts, sorting by tokens makes the model compute 3.2 % fewer tokens (real ones
+    and padding) than sorting by characters, and 2.8 % fewer than one character sort of all of
+    them at once (``python -m bench.padding``). A model without that interface (a stand-in, a
+    prompt it adds itself, left padding, not on the CPU) gets ``encode`` as it is.
     """
 
     def __init__(self, model: str, st_model: Any) -> None:
@@ -98,49 +98,63 @@ class Embedder:
         import torch
 
         features = features_of(texts)  # one tokenization, right-padded to the longest text
-        count = len(texts)
+        count, seq = len(texts), int(features["attention_mask"].shape[1])
         lengths = features["attention_mask"].sum(dim=1)
         order = torch.argsort(lengths, descending=True, stable=True)
         out = np.empty((count, self.dim), dtype=np.float32)
+        self._st.eval()  # as encode does on every call
         with torch.inference_mode():
             for start in range(0, count, batch_size):
                 rows = order[start : start + batch_size]
                 width = int(lengths[rows[0]])
-                batch = {name: _rows(value, rows, width, count) for name, value in features.items()}
+                batch = {name: _rows(value, rows, width, count, seq) for name, value in features.items()}
                 vectors = self._st(batch)["sentence_embedding"]
                 vectors = torch.nn.functional.normalize(vectors.float(), p=2, dim=1)
                 out[rows.numpy()] = vectors.numpy()
         return out
 
 
+PROBE = ["a probe", "a longer probe of several more word pieces"]  # two lengths: the padding shows
+
+
 def _features_of(st_model: Any) -> Callable[[list[str]], dict[str, Any]] | None:
     """The model's tokenizer-to-features function, where texts can be sorted by their tokens and
-    batched by us: a SentenceTransformer (``preprocess`` from 6.0, ``tokenize`` before) with a
-    right-padding tokenizer, no prompt of its own, and an attention mask in its features."""
+    batched by us: a SentenceTransformer on the CPU (``preprocess`` from 6.0, ``tokenize``
+    before) with no prompt of its own and no ``truncate_dim``, whose features for two texts of
+    different lengths have an attention mask padded on the right and nothing else per text but
+    tensors (a list per text, as some multimodal models give, could not be cut into batches)."""
     if not type(st_model).__module__.startswith("sentence_transformers"):
         return None
     features_of = getattr(st_model, "preprocess", None) or getattr(st_model, "tokenize", None)
-    tokenizer = getattr(st_model, "tokenizer", None)
     if (
         not callable(features_of)
-        or getattr(tokenizer, "padding_side", "right") != "right"
         or getattr(st_model, "default_prompt_name", None)
+        or getattr(st_model, "truncate_dim", None)
+        or str(getattr(st_model, "device", "cpu")) != "cpu"
     ):
         return None
     try:
-        probe = features_of(["probe"])
-    except Exception:  # noqa: BLE001 - any failure: leave batching to the model's own encode
+        probe = features_of(list(PROBE))
+        mask = probe["attention_mask"]
+        short, long_ = sorted(int(n) for n in mask.sum(dim=1))
+        right_padded = (
+            mask.ndim == 2 and short < long_ and bool(mask[:, 0].all()) and bool((mask[:, :short] == 1).all())
+        )
+        per_text_lists = any(
+            isinstance(value, list | tuple) and len(value) == len(PROBE) for value in probe.values()
+        )
+    except Exception:  # noqa: BLE001 - any surprise: leave batching to the model's own encode
         return None
-    mask = probe.get("attention_mask") if isinstance(probe, Mapping) else None  # a BatchEncoding too
-    return features_of if getattr(mask, "ndim", 0) == 2 else None
+    return features_of if right_padded and not per_text_lists else None
 
 
-def _rows(value: Any, rows: Any, width: int, count: int) -> Any:
-    """One forward batch's part of a call's features: its rows, cut to its longest text's width."""
+def _rows(value: Any, rows: Any, width: int, count: int, seq: int) -> Any:
+    """One forward batch's part of a call's features: its rows, and where the second axis is the
+    sequence (``seq`` wide, as the attention mask), cut to its longest text's ``width``."""
     shape = getattr(value, "shape", None)
     if shape is None or len(shape) == 0 or shape[0] != count:
         return value  # not per text (a modality name, a scalar)
-    return value[rows, :width] if len(shape) == 2 else value[rows]
+    return value[rows, :width] if len(shape) >= 2 and shape[1] == seq else value[rows]
 
 
 _embedders: dict[str, Embedder] = {}

@@ -48,6 +48,21 @@ def test_a_call_is_tokenized_once_sorted_by_tokens_and_each_batch_only_as_wide_a
     assert float((vectors * reference).sum(axis=1).min()) > 0.99999  # each row its own text's vector
 
 
+def test_a_model_whose_features_cannot_be_cut_into_batches_keeps_its_own_encode(embedder):  # noqa: F811
+    st = embedder._st
+    assert embedder._features is not None  # the default model is batched by the Embedder
+    st.tokenizer.padding_side = "left"  # cutting each batch to its width would drop real tokens
+    try:
+        left = Embedder(embedder.model, st)
+        assert left._features is None
+        texts = ["short", "a somewhat longer text than the first one", "x"]
+        reference = st.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
+        assert np.allclose(left.encode(texts), reference, atol=1e-6)
+    finally:
+        st.tokenizer.padding_side = "right"
+    assert Embedder(embedder.model, st)._features is not None
+
+
 def test_the_model_is_loaded_once_per_process(embedder):  # noqa: F811
     assert load_embedder(embedder.model) is embedder
 
