@@ -52,11 +52,12 @@ def computed(items: Sequence[Item], window: int, batch: int, key: Callable[[Item
 
 
 def main(argv: list[str] | None = None) -> int:
+    settings = Settings.from_env(os.environ)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=240, help="bench/ingest.py's documents")
-    parser.add_argument("--batch", type=int, default=Settings().embedding_batch, help="texts a forward batch")
+    parser.add_argument("--batch", type=int, default=settings.embedding_batch, help="texts a forward batch")
     args = parser.parse_args(argv)
-    model = Settings.from_env(os.environ).embedding_model
+    model = settings.embedding_model
     tokenizer = load_tokenizer(model)
     most = model_max_tokens(model) or 512
     texts = [

@@ -23,7 +23,7 @@ def test_vectors_are_normalised_float32_of_the_model_dimension(embedder):  # noq
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
 
 
-def test_a_call_is_tokenized_once_sorted_by_tokens_and_each_batch_only_as_wide_as_its_longest(
+def test_a_call_is_sorted_by_tokens_and_each_batch_only_as_wide_as_its_longest(
     embedder,  # noqa: F811
 ):
     # characters are a poor guess of tokens: "x " * 60 is 120 characters and 62 tokens, a
