@@ -182,7 +182,14 @@ class Settings:
     )
     search_max_k: int = field(default=1000, metadata={"help": "most hits one search may ask for"})
     embedding_model: str = field(default_factory=_default_model, metadata={"help": "model path or name"})
-    embedding_batch: int = field(default=32, metadata={"help": "chunks per encode call"})
+    embedding_batch: int = field(default=32, metadata={"help": "chunks one forward batch of the model may hold"})
+    embedding_batch_tokens: int = field(
+        default=4096,
+        metadata={
+            "help": "tokens one forward batch may hold, counted as its chunks times its longest chunk's "
+            "tokens (at least one chunk): bounds the encoder's memory whatever the chunk size (0: no cap)"
+        },
+    )
     home: str = field(
         default_factory=_default_home,
         metadata={
@@ -329,6 +336,10 @@ class Settings:
             raise ValueError("vector_search_ef must be 0 (the default rule) or a positive breadth")
         if self.search_max_k < 1:
             raise ValueError("search_max_k must be at least 1")
+        if self.embedding_batch < 1:
+            raise ValueError("embedding_batch must be at least 1")
+        if self.embedding_batch_tokens < 0:
+            raise ValueError("embedding_batch_tokens must be 0 (no cap) or a positive number of tokens")
         if self.embedding_backend not in EMBEDDING_BACKENDS:
             raise ValueError("embedding_backend must be torch, onnx or onnx-int8")
         if self.query_encoder not in ("auto", "onnx", "torch"):

@@ -7,7 +7,8 @@ its dimension once. Vectors are float32 and normalised, so a dot product is the 
 :class:`EmbeddingService` is shared by all tasks of an executor: each task submits its texts
 with :meth:`~EmbeddingService.embed`; one consumer loop takes pending texts of the waiting
 tasks (those with the fewest left first) and encodes them in a thread under the
-``embed_limiter``, in forward batches of ``INGEST_EMBEDDING_BATCH``, so chunks of tasks running
+``embed_limiter``, in forward batches of at most ``INGEST_EMBEDDING_BATCH`` texts and
+``INGEST_EMBEDDING_BATCH_TOKENS`` tokens (:mod:`ingest.batches`), so chunks of tasks running
 at the same time share batches instead of being encoded one task at a time; vectors are routed
 back to their tasks. Each call takes a
 window of up to :data:`WINDOW_BATCHES` batches, which :class:`Embedder` sorts by tokens before
@@ -37,6 +38,7 @@ import numpy as np
 import outcome
 import trio
 
+from ingest.batches import forward_batches
 from ingest.errors import PermanentError
 from ingest.ids import model_identity  # here since it moved to ingest.ids (kept for importers)
 
@@ -58,8 +60,8 @@ class Embedder:
     """A loaded SentenceTransformer: ``encode`` → normalised float32 rows of ``dim`` columns.
 
     A call's texts are tokenized once, sorted by their number of tokens and run through the
-    model in forward batches of ``batch_size``, each only as wide as its longest text
-    (:meth:`_encode_token_sorted`). ``SentenceTransformer.encode`` sorts by characters instead,
+    model in forward batches of ``batch_size`` texts and at most ``max_tokens`` tokens, each only
+    as wide as its longest text (:meth:`_encode_token_sorted`). ``SentenceTransformer.encode`` sorts by characters instead,
     a poor guess of tokens for the same chunk size: on ``bench/ingest.py``'s 8,344 chunks in
     windows of 128 texts, sorting by tokens makes the model compute 3.2 % fewer tokens (real ones
     and padding) than sorting by characters, and 2.8 % fewer than one character sort of all of
@@ -78,11 +80,14 @@ class Embedder:
         self.max_seq_length = int(getattr(st_model, "max_seq_length", 0) or 0)
         self._features = _features_of(st_model)
 
-    def encode(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
+    def encode(self, texts: Sequence[str], batch_size: int = 32, *, max_tokens: int = 0) -> np.ndarray:
+        """Normalised float32 rows of ``texts``, in forward batches of at most ``batch_size``
+        texts and, where the model can be batched by us, at most ``max_tokens`` tokens (its
+        texts times its longest text's: :func:`ingest.batches.forward_batches`; 0 for no cap)."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         if self._features is not None:
-            return self._encode_token_sorted(list(texts), max(1, batch_size), self._features)
+            return self._encode_token_sorted(list(texts), max(1, batch_size), max_tokens, self._features)
         vectors = self._st.encode(
             list(texts),
             batch_size=batch_size,
@@ -93,24 +98,27 @@ class Embedder:
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
     def _encode_token_sorted(
-        self, texts: list[str], batch_size: int, features_of: Callable[[list[str]], dict[str, Any]]
+        self,
+        texts: list[str],
+        batch_size: int,
+        max_tokens: int,
+        features_of: Callable[[list[str]], dict[str, Any]],
     ) -> np.ndarray:
         import torch
 
         features = features_of(texts)  # one tokenization, right-padded to the longest text
         count, seq = len(texts), int(features["attention_mask"].shape[1])
-        lengths = features["attention_mask"].sum(dim=1)
-        order = torch.argsort(lengths, descending=True, stable=True)
+        lengths = [int(n) for n in features["attention_mask"].sum(dim=1).tolist()]
         out = np.empty((count, self.dim), dtype=np.float32)
         self._st.eval()  # as encode does on every call
         with torch.inference_mode():
-            for start in range(0, count, batch_size):
-                rows = order[start : start + batch_size]
-                width = int(lengths[rows[0]])
+            for indices in forward_batches(lengths, batch_size, max_tokens):
+                rows = torch.tensor(indices)
+                width = lengths[indices[0]]
                 batch = {name: _rows(value, rows, width, count, seq) for name, value in features.items()}
                 vectors = self._st(batch)["sentence_embedding"]
                 vectors = torch.nn.functional.normalize(vectors.float(), p=2, dim=1)
-                out[rows.numpy()] = vectors.numpy()
+                out[indices] = vectors.numpy()
         return out
 
 
@@ -260,11 +268,11 @@ _encode_thread = EncodeThread()  # one per process, as the model (``_embedders``
 
 
 def _timed(
-    encode: Callable[[Sequence[str], int], np.ndarray], texts: Sequence[str], batch: int
+    encode: Callable[..., np.ndarray], texts: Sequence[str], batch: int, max_tokens: int
 ) -> tuple[np.ndarray, float]:
     """In the encode thread: the vectors and the wall seconds the call took."""
     started = time.perf_counter()
-    vectors = encode(texts, batch)
+    vectors = encode(texts, batch, max_tokens=max_tokens)
     return vectors, time.perf_counter() - started
 
 
@@ -277,12 +285,14 @@ class EmbeddingService:
         batch_size: int,
         limiter: trio.CapacityLimiter,
         *,
+        max_tokens: int = 0,
         loader: Callable[[str], Embedder] = load_embedder,
         window_batches: int = WINDOW_BATCHES,
         on_encoded: Callable[[int, float], None] | None = None,
     ) -> None:
         self.model = model
         self.batch_size = max(1, batch_size)
+        self.max_tokens = max(0, max_tokens)  # a forward batch's tokens (ingest.batches)
         self.window = self.batch_size * max(1, window_batches)
         self.starve_after_s = STARVE_AFTER_S
         self._limiter = limiter
@@ -409,7 +419,7 @@ class EmbeddingService:
             embedder = await self.embedder()
             async with self._limiter:
                 vectors, seconds = await _encode_thread.run_sync(
-                    _timed, embedder.encode, texts, self.batch_size
+                    _timed, embedder.encode, texts, self.batch_size, self.max_tokens
                 )
         except Exception as exc:  # noqa: BLE001 - routed to the tasks whose texts these were
             error = exc if isinstance(exc, PermanentError) else PermanentError(f"embedding failed: {exc}")

@@ -41,6 +41,7 @@ import numpy as np
 import xxhash
 
 from db.config import Settings
+from ingest.batches import forward_batches
 from ingest.errors import PermanentError
 from ingest.ids import embedding_identity, model_identity
 
@@ -86,7 +87,7 @@ class Encoder(Protocol):
     identity: str
     dim: int
 
-    def encode(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray: ...
+    def encode(self, texts: Sequence[str], batch_size: int = 32, *, max_tokens: int = 0) -> np.ndarray: ...
 
 
 # -- the model directory and its export ------------------------------------------------------
@@ -358,12 +359,14 @@ class OnnxQueryEncoder:
         tokenizer.enable_truncation(max_length=self.max_seq_length, strategy="longest_first")
         pad_id = tokenizer.token_to_id("[PAD]")
         padding = tokenizer.padding or {}
+        direction = str(padding.get("direction", "right")).lower()
         tokenizer.enable_padding(
             pad_id=int(padding.get("pad_id", pad_id or 0)),
             pad_type_id=int(padding.get("pad_type_id", 0)),
             pad_token=str(padding.get("pad_token", "[PAD]")),
-            direction=str(padding.get("direction", "right")).lower(),
+            direction=direction,
         )
+        self._padded_left = direction == "left"
         self._tokenizer = tokenizer
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads or _cpu_threads()
@@ -373,23 +376,29 @@ class OnnxQueryEncoder:
         )
         self._inputs = {i.name for i in self._session.get_inputs()}
 
-    def encode(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
-        """Normalised float32 rows, as the torch Embedder's ``encode`` gives them."""
+    def encode(self, texts: Sequence[str], batch_size: int = 32, *, max_tokens: int = 0) -> np.ndarray:
+        """Normalised float32 rows, as the torch Embedder's ``encode`` gives them, batched as it
+        batches: tokenized once, longest first, each forward batch at most ``batch_size`` texts
+        and ``max_tokens`` tokens (0: no cap), cut to its longest text
+        (:func:`ingest.batches.forward_batches`)."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        rows = [self._encode_batch(list(texts[i : i + batch_size])) for i in range(0, len(texts), batch_size)]
-        return np.ascontiguousarray(np.concatenate(rows), dtype=np.float32)
-
-    def _encode_batch(self, texts: list[str]) -> np.ndarray:
-        if self.pipeline.do_lower_case:
-            texts = [t.lower() for t in texts]
-        encodings = self._tokenizer.encode_batch(texts)
+        texts = [t.lower() for t in texts] if self.pipeline.do_lower_case else list(texts)
+        encodings = self._tokenizer.encode_batch(texts)  # padded on the right to the longest text
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
-        feed = {
-            "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
-            "attention_mask": mask,
-            "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64),
-        }
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        types = np.array([e.type_ids for e in encodings], dtype=np.int64)
+        lengths = [int(n) for n in mask.sum(axis=1)]
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        seq = mask.shape[1]
+        for rows in forward_batches(lengths, batch_size, max_tokens):
+            width = lengths[rows[0]]  # the batch's real tokens are its first (or last) columns
+            cut = slice(seq - width, seq) if self._padded_left else slice(0, width)
+            out[rows] = self._encode_batch(ids[rows, cut], mask[rows, cut], types[rows, cut])
+        return out
+
+    def _encode_batch(self, ids: np.ndarray, mask: np.ndarray, types: np.ndarray) -> np.ndarray:
+        feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
         hidden = self._session.run(None, {k: v for k, v in feed.items() if k in self._inputs})[0]
         vectors = pool(hidden.astype(np.float32), mask, self.pipeline.pooling_modes)
         if self.pipeline.normalize:

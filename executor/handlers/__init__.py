@@ -28,6 +28,7 @@ def shared_embedding_service(env: ExecutorEnv) -> EmbeddingService:
             settings.embedding_model,
             settings.embedding_batch,
             env.limiters.embed_limiter,
+            max_tokens=settings.embedding_batch_tokens,
             # torch by default; INGEST_EMBEDDING_BACKEND=onnx|onnx-int8: the model's export
             loader=load_embedder if settings.embedding_backend == "torch" else partial(_backend, settings),
             on_encoded=env.metrics.embedded if env.metrics is not None else None,

@@ -158,6 +158,13 @@ async def test_concurrent_tasks_share_embedding_batches(settings, env):
     assert stats.shared_calls >= 1 and stats.largest_call == 8 * WINDOW_BATCHES
 
 
+def test_the_service_batches_by_the_settings_texts_and_tokens(settings, env):
+    env.settings = settings.replace(embedding_batch=8, embedding_batch_tokens=640)
+    make_handler(env)
+    service = env.resources[EMBEDDING_SERVICE]
+    assert (service.batch_size, service.max_tokens, service.window) == (8, 640, 8 * WINDOW_BATCHES)
+
+
 async def test_a_hanging_parser_is_ended_by_the_task_timeout(settings, env):
     register_parser("hang", "tests.ingest.worker_probes:hang")
     try:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import trio
 
+from ingest.batches import forward_batches
 from ingest.embedding import Embedder, EmbeddingService, load_embedder, model_identity
 from ingest.errors import PermanentError
 from tests.fixtures_docs import embedder  # noqa: F401 - the session's one model
@@ -46,6 +47,29 @@ def test_a_call_is_sorted_by_tokens_and_each_batch_only_as_wide_as_its_longest(
     reference = st.encode(texts, batch_size=5, normalize_embeddings=True, convert_to_numpy=True)
     assert vectors.dtype == np.float32 and vectors.shape == (len(texts), 384)
     assert float((vectors * reference).sum(axis=1).min()) > 0.99999  # each row its own text's vector
+
+
+def test_a_token_cap_bounds_every_forward_batch_and_leaves_the_vectors_as_they_were(embedder):  # noqa: F811
+    # the activations grow with a batch's texts times its width: a cap on tokens keeps them
+    # the same whatever the chunk size (ingest.batches)
+    texts = [" ".join(["lighthouse keepers trimmed the wicks"] * (1 + i % 9)) for i in range(40)]
+    st = embedder._st
+    shapes: list[tuple[int, int]] = []
+    hook = st.register_forward_pre_hook(lambda _module, args: shapes.append(tuple(args[0]["input_ids"].shape)))
+    try:
+        capped = embedder.encode(texts, batch_size=16, max_tokens=300)
+        shapes_capped, shapes[:] = list(shapes), []
+        uncapped = embedder.encode(texts, batch_size=16)
+    finally:
+        hook.remove()
+    lengths = [
+        len(ids) for ids in st.tokenizer(texts, truncation=True, max_length=st.max_seq_length)["input_ids"]
+    ]
+    assert shapes_capped == [(len(b), lengths[b[0]]) for b in forward_batches(lengths, 16, 300)]
+    assert all(rows * width <= 300 for rows, width in shapes_capped), shapes_capped
+    assert min(rows for rows, _ in shapes_capped) < 300 // min(lengths)  # the cap cut the wide ones
+    assert len(shapes_capped) > len(shapes) == 3  # without the cap: 16 + 16 + 8 texts
+    assert float((capped * uncapped).sum(axis=1).min()) > 0.99999  # each row its own text's vector
 
 
 def test_a_model_whose_features_cannot_be_cut_into_batches_keeps_its_own_encode(embedder):  # noqa: F811

@@ -18,6 +18,7 @@ import pytest
 from db.config import Settings
 from db.database import init_database
 from ingest import query_encoder as qe
+from ingest.batches import forward_batches
 from ingest.errors import PermanentError
 from ingest.model_export import export_model
 from ingest.search import search
@@ -64,6 +65,21 @@ def test_the_export_agrees_with_sentence_transformers_on_the_fixed_queries(onnx_
     cosines = np.sum(onnx.encode(texts, batch_size=4) * embedder.encode(texts), axis=1)
     assert cosines.min() >= qe.MIN_COSINE, cosines
     assert (onnx.identity, onnx.dim, onnx.max_seq_length) == (embedder.identity, embedder.dim, 256)
+
+
+def test_the_export_batches_longest_first_under_the_token_cap_each_row_its_own_text(onnx_export, embedder):
+    lookup = qe.find_export(Settings.from_env(os.environ))
+    onnx = qe.OnnxQueryEncoder(embedder.model, lookup.directory, lookup.onnx_path)
+    texts = [t for _, t in qe.AGREEMENT_QUERIES] + MORE_TEXTS
+    shapes: list[tuple[int, ...]] = []
+    forward = onnx._encode_batch
+    onnx._encode_batch = lambda ids, mask, types: (shapes.append(ids.shape), forward(ids, mask, types))[1]  # type: ignore[method-assign]
+    batched = onnx.encode(texts, batch_size=4, max_tokens=64)
+    lengths = [len(onnx._tokenizer.encode(t.lower() if onnx.pipeline.do_lower_case else t).ids) for t in texts]
+    assert shapes == [(len(b), lengths[b[0]]) for b in forward_batches(lengths, 4, 64)]
+    assert shapes[0] == (1, 256) and all(rows * width <= 64 for rows, width in shapes[1:])  # the long one alone
+    alone = np.concatenate([onnx.encode([t]) for t in texts])
+    assert float(np.sum(batched * alone, axis=1).min()) > 0.99999  # in the call's order, unpadded
 
 
 def test_the_pipeline_is_read_from_the_models_files(tmp_path, embedder):
