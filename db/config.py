@@ -187,7 +187,8 @@ class Settings:
         default=4096,
         metadata={
             "help": "tokens one forward batch may hold, counted as its chunks times its longest chunk's "
-            "tokens (at least one chunk): bounds the encoder's memory whatever the chunk size (0: no cap)"
+            "tokens (at least one chunk): the encoder's memory no longer grows with the chunk size's square "
+            "(0: no cap)"
         },
     )
     home: str = field(

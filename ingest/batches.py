@@ -1,12 +1,15 @@
 """How one encode call's texts are cut into forward batches: longest first, by texts and by tokens.
 
 A forward batch is a tensor of its texts times its longest text's tokens (the rest is padding),
-and the encoder's activations grow with it: attention holds ``rows x heads x width x width``
-scores. Capping a batch at ``batch_size`` texts alone lets its size follow the chunk length (32
-texts of 512 tokens are four times the tokens of 32 of 128, and sixteen times the attention);
-capping its tokens as well keeps the activations, and so the process's peak memory, the same
-whatever the chunk size. Measured on ``bench/ingest.py``'s chunks (up to 194 tokens): a cap of
-4,096 tokens held 90 MiB less at the same speed as 32 texts alone (bench/README.md).
+and the encoder's activations grow with it: the hidden states and the feed-forward layers hold
+``rows x width`` vectors, attention ``rows x heads x width x width`` scores. Capping a batch at
+``batch_size`` texts alone lets all of them follow the chunk length (32 texts of 512 tokens are
+four times the tokens of 32 of 128, and sixteen times the attention). Capping its tokens as well
+bounds the first at ``max_tokens`` vectors whatever the chunk size, and the attention at
+``max_tokens x heads x width`` scores: linear in the width, no longer quadratic. The cap cuts
+only batches wider than ``max_tokens / batch_size`` tokens (128 at the defaults). Measured on
+``bench/ingest.py``'s chunks (up to 194 tokens; bench/README.md, "forward batches capped by
+tokens"): 4,096 tokens held about 90 MiB less than 32 texts alone, at the same speed.
 
 No torch here: the ONNX encoder of ``ingest.query_encoder`` batches the same way.
 """

@@ -11,7 +11,8 @@ tasks (those with the fewest left first) and encodes them in a thread under the
 ``INGEST_EMBEDDING_BATCH_TOKENS`` tokens (:mod:`ingest.batches`), so chunks of tasks running
 at the same time share batches instead of being encoded one task at a time; vectors are routed
 back to their tasks. Each call takes a
-window of up to :data:`WINDOW_BATCHES` batches, which :class:`Embedder` sorts by tokens before
+window of up to :data:`WINDOW_BATCHES` times ``INGEST_EMBEDDING_BATCH`` texts (more forward
+batches where the token cap cuts the widest), which :class:`Embedder` sorts by tokens before
 batching: measured on the bench corpus (8,344 chunks), with a window of four batches sorted by
 tokens the model computes 2.8 % fewer tokens (real ones and padding) than with one sort of all
 of them by characters (what ``SentenceTransformer.encode`` does), with a window of sixteen 4.4 %
@@ -203,7 +204,7 @@ def _load_sentence_transformer(model: str) -> Any:
 class EmbeddingStatistics:
     """What the service has done: encode calls, texts, and calls shared by several tasks."""
 
-    encode_calls: int  # thread hops, each up to WINDOW_BATCHES forward batches
+    encode_calls: int  # thread hops, each a window of up to WINDOW_BATCHES x batch_size texts
     texts_encoded: int
     shared_calls: int  # calls holding texts of more than one request
     largest_call: int

@@ -384,7 +384,7 @@ class OnnxQueryEncoder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         texts = [t.lower() for t in texts] if self.pipeline.do_lower_case else list(texts)
-        encodings = self._tokenizer.encode_batch(texts)  # padded on the right to the longest text
+        encodings = self._tokenizer.encode_batch(texts)  # padded to the longest text, on its tokenizer's side
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
         types = np.array([e.type_ids for e in encodings], dtype=np.int64)

@@ -62,6 +62,8 @@ def test_a_bad_flag_value_is_a_usage_error(capsys):
     assert "max_concurrent_tasks must be at least 1" in capsys.readouterr().err
     assert main(["host_1", "--embedding-batch-tokens", "-1"]) == EXIT_USAGE
     assert "embedding_batch_tokens must be 0 (no cap)" in capsys.readouterr().err
+    assert main(["host_1", "--embedding-batch", "0"]) == EXIT_USAGE
+    assert "embedding_batch must be at least 1" in capsys.readouterr().err
 
 
 def test_the_start_is_staggered_by_consumer_number_with_jitter():

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 
+import numpy as np
 import pytest
 import trio
 
@@ -158,11 +160,24 @@ async def test_concurrent_tasks_share_embedding_batches(settings, env):
     assert stats.shared_calls >= 1 and stats.largest_call == 8 * WINDOW_BATCHES
 
 
-def test_the_service_batches_by_the_settings_texts_and_tokens(settings, env):
+async def test_the_service_encodes_with_the_settings_texts_and_tokens(settings, env):
     env.settings = settings.replace(embedding_batch=8, embedding_batch_tokens=640)
     make_handler(env)
     service = env.resources[EMBEDDING_SERVICE]
     assert (service.batch_size, service.max_tokens, service.window) == (8, 640, 8 * WINDOW_BATCHES)
+    calls: list[tuple[int, int, int]] = []
+    model = await service.embedder()
+
+    def recording(texts: Sequence[str], batch_size: int = 32, *, max_tokens: int = 0) -> np.ndarray:
+        calls.append((len(texts), batch_size, max_tokens))
+        return np.zeros((len(texts), model.dim), dtype=np.float32)
+
+    encode, model.encode = model.encode, recording  # type: ignore[method-assign]
+    try:
+        await service.embed([f"text {i}" for i in range(40)])
+    finally:
+        model.encode = encode  # type: ignore[method-assign]
+    assert calls == [(32, 8, 640), (8, 8, 640)]  # windows of 4 batches, each call with both caps
 
 
 async def test_a_hanging_parser_is_ended_by_the_task_timeout(settings, env):

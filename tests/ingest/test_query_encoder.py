@@ -75,11 +75,31 @@ def test_the_export_batches_longest_first_under_the_token_cap_each_row_its_own_t
     forward = onnx._encode_batch
     onnx._encode_batch = lambda ids, mask, types: (shapes.append(ids.shape), forward(ids, mask, types))[1]  # type: ignore[method-assign]
     batched = onnx.encode(texts, batch_size=4, max_tokens=64)
-    lengths = [len(onnx._tokenizer.encode(t.lower() if onnx.pipeline.do_lower_case else t).ids) for t in texts]
+    lengths = [
+        len(onnx._tokenizer.encode(t.lower() if onnx.pipeline.do_lower_case else t).ids) for t in texts
+    ]
     assert shapes == [(len(b), lengths[b[0]]) for b in forward_batches(lengths, 4, 64)]
-    assert shapes[0] == (1, 256) and all(rows * width <= 64 for rows, width in shapes[1:])  # the long one alone
+    long_alone, rest = shapes[0], shapes[1:]
+    assert long_alone == (1, 256) and all(rows * width <= 64 for rows, width in rest)
     alone = np.concatenate([onnx.encode([t]) for t in texts])
     assert float(np.sum(batched * alone, axis=1).min()) > 0.99999  # in the call's order, unpadded
+
+
+def test_a_batch_of_a_left_padding_tokenizer_keeps_every_real_token(onnx_export, embedder):
+    lookup = qe.find_export(Settings.from_env(os.environ))
+    onnx = qe.OnnxQueryEncoder(embedder.model, lookup.directory, lookup.onnx_path)
+    onnx._tokenizer.enable_padding(direction="left", pad_id=0, pad_token="[PAD]")  # noqa: S106 - a token
+    onnx._padded_left = True
+    texts = ["short", "a somewhat longer text than the first one", "x", "mid length text here"]
+    masks: list[np.ndarray] = []
+    forward = onnx._encode_batch
+    onnx._encode_batch = lambda ids, mask, types: (masks.append(mask), forward(ids, mask, types))[1]  # type: ignore[method-assign]
+    onnx.encode(texts, batch_size=2)
+    lengths = [len(onnx._tokenizer.encode(t.lower()).ids) for t in texts]
+    assert [sorted(m.sum(axis=1).tolist(), reverse=True) for m in masks] == [
+        [lengths[i] for i in b] for b in forward_batches(lengths, 2)
+    ]  # each row's tokens all inside its batch's columns: the cut took the right end
+    assert all(bool(m[:, -1].all()) for m in masks)
 
 
 def test_the_pipeline_is_read_from_the_models_files(tmp_path, embedder):
