@@ -237,7 +237,9 @@ def wait_terminal(task_ids: list[str], timeout_s: float) -> dict[str, int]:
 
 
 def raw_encoder(settings: Settings) -> tuple[Any, str]:
-    """The physical limit of the settings' backend: its encoder called directly on a list."""
+    """The physical limit of the settings' backend: its encoder called directly on a list, with
+    the settings' batch size and no cap on a batch's tokens (``INGEST_EMBEDDING_BATCH_TOKENS`` is
+    the executor's choice, measured against this; run the bench with it at 0 to compare it off)."""
     batch = settings.embedding_batch
     if settings.embedding_backend == "torch":
         from sentence_transformers import SentenceTransformer
