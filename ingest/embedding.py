@@ -62,12 +62,13 @@ class Embedder:
 
     A call's texts are tokenized once, sorted by their number of tokens and run through the
     model in forward batches of ``batch_size`` texts and at most ``max_tokens`` tokens, each only
-    as wide as its longest text (:meth:`_encode_token_sorted`). ``SentenceTransformer.encode`` sorts by characters instead,
-    a poor guess of tokens for the same chunk size: on ``bench/ingest.py``'s 8,344 chunks in
-    windows of 128 texts, sorting by tokens makes the model compute 3.2 % fewer tokens (real ones
-    and padding) than sorting by characters, and 2.8 % fewer than one character sort of all of
-    them at once (``python -m bench.padding``). A model without that interface (a stand-in, a
-    prompt it adds itself, left padding, not on the CPU) gets ``encode`` as it is.
+    as wide as its longest text (:meth:`_encode_token_sorted`). ``SentenceTransformer.encode``
+    sorts by characters instead, a poor guess of tokens for the same chunk size: on
+    ``bench/ingest.py``'s 8,344 chunks in windows of 128 texts, sorting by tokens makes the model
+    compute 3.2 % fewer tokens (real ones and padding) than sorting by characters, and 2.8 %
+    fewer than one character sort of all of them at once (3.4 % with the token cap: ``python -m
+    bench.padding``). A model without that interface (a stand-in, a prompt it adds itself, left
+    padding, not on the CPU) gets ``encode`` as it is, with no token cap.
     """
 
     def __init__(self, model: str, st_model: Any) -> None:
