@@ -70,7 +70,9 @@ def build(settings: Settings) -> int:
             Document.create(id=doc_id, kb_id=kb_id, name=name, doc_type=doc_type, generation=1)
             Task.create(id=task_id, doc_id=doc_id, kb_id=kb_id, generation=1, status="running", attempt=1)
         vectors = embedder.encode([c.content for c in chunks])
-        store_chunks(kb_id=kb_id, doc_id=doc_id, task_id=task_id, generation=1, chunks=chunks, vectors=vectors)
+        store_chunks(
+            kb_id=kb_id, doc_id=doc_id, task_id=task_id, generation=1, chunks=chunks, vectors=vectors
+        )
         total += len(chunks)
     return total
 
@@ -104,7 +106,9 @@ def main(argv: list[str] | None = None) -> int:
         for set_name, questions in sets.items():
             for mode in MODES:
                 r = measure(settings, questions, mode)
-                print(f"{set_name:<10} {mode:<8} {r['recall@1']:>6.3f} {r['recall@3']:>6.3f} {r['mrr@10']:>7.3f}")
+                print(
+                    f"{set_name:<10} {mode:<8} {r['recall@1']:>6.3f} {r['recall@3']:>6.3f} {r['mrr@10']:>7.3f}"
+                )
     finally:
         close_database()
         _drop_database(settings.db_url)

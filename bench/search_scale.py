@@ -151,7 +151,9 @@ def fill_engine(store: vectors.VectorStore, kb: vectors.KbRef, matrix: np.ndarra
     return len(matrix) / (time.perf_counter() - started)
 
 
-def latencies(store: vectors.VectorStore, kb: vectors.KbRef, queries: np.ndarray) -> tuple[list[float], list[list[str]]]:
+def latencies(
+    store: vectors.VectorStore, kb: vectors.KbRef, queries: np.ndarray
+) -> tuple[list[float], list[list[str]]]:
     nearest(store, kb, queries[0], 10)  # warm: caches, the engine's index loaded
     times, found = [], []
     for q in queries:
@@ -168,7 +170,12 @@ def pct(values: list[float], p: float) -> float:
 
 
 def run(
-    size: int, dim: int, n_queries: int, db_url: str, backends: str = DEFAULT_BACKENDS, efs: tuple[int, ...] = (0,)
+    size: int,
+    dim: int,
+    n_queries: int,
+    db_url: str,
+    backends: str = DEFAULT_BACKENDS,
+    efs: tuple[int, ...] = (0,),
 ) -> list[dict[str, object]]:
     """One size on each backend: prints a line each, returns the figures (for ``--plot``)."""
     from tests.conftest import _drop_database
@@ -185,7 +192,9 @@ def run(
     try:
         matrix = synthetic(size, dim)
         rng = np.random.default_rng(11)
-        picks = matrix[rng.integers(0, size, n_queries)] + 0.2 * rng.standard_normal((n_queries, dim)).astype(np.float32)
+        picks = matrix[rng.integers(0, size, n_queries)] + 0.2 * rng.standard_normal((n_queries, dim)).astype(
+            np.float32
+        )
         queries = picks / np.linalg.norm(picks, axis=1, keepdims=True)
         exact = [[f"{i:032x}" for i in np.argsort(-(matrix @ q), kind="stable")[:10]] for q in queries]
         kb = vectors.KbRef("default", ids.kb_id("default", "scale"), dim, MODEL)
@@ -195,7 +204,10 @@ def run(
             rate = rows_rate if store.exact else fill_engine(store, kb, matrix)
             if is_server(url):
                 waited = wait_indexed(url, dim, size)
-                print(f"{size:>9,} {name:<12} index built and loaded {waited:,.0f} s after the flush", flush=True)
+                print(
+                    f"{size:>9,} {name:<12} index built and loaded {waited:,.0f} s after the flush",
+                    flush=True,
+                )
             qs = queries if store.exact is False or size <= 100_000 else queries[:MYSQL_QUERIES_ABOVE_100K]
             for ef in (0,) if store.exact else efs:  # an engine: each search breadth asked for
                 store = vectors.use(settings.replace(vector_store=url, vector_search_ef=ef))

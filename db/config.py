@@ -151,10 +151,12 @@ class Settings:
     pages_per_task: int = field(default=12, metadata={"help": "PDF pages per task"})
     max_doc_bytes: int = field(default=134217728, metadata={"help": "larger files are refused"})
     max_pages: int = field(
-        default=5000, metadata={"help": "PDF pages one document may have; more is refused at submit (0 = no cap)"}
+        default=5000,
+        metadata={"help": "PDF pages one document may have; more is refused at submit (0 = no cap)"},
     )
     worker_max_memory_mb: int = field(
-        default=2048, metadata={"help": "memory a parse worker may use; a document that needs more fails (0 = no cap)"}
+        default=2048,
+        metadata={"help": "memory a parse worker may use; a document that needs more fails (0 = no cap)"},
     )
     parse_timeout_s: float = field(
         default=900.0, metadata={"help": "time one parser or dataflow component may spend on one document"}
@@ -182,7 +184,9 @@ class Settings:
     )
     search_max_k: int = field(default=1000, metadata={"help": "most hits one search may ask for"})
     embedding_model: str = field(default_factory=_default_model, metadata={"help": "model path or name"})
-    embedding_batch: int = field(default=32, metadata={"help": "chunks one forward batch of the model may hold"})
+    embedding_batch: int = field(
+        default=32, metadata={"help": "chunks one forward batch of the model may hold"}
+    )
     embedding_batch_tokens: int = field(
         default=4096,
         metadata={
@@ -242,7 +246,8 @@ class Settings:
         default=5, metadata={"help": "tasks one tenant may run at once, fleet-wide (0 = paused)"}
     )
     tenant_max_queued: int = field(
-        default=0, metadata={"help": "unfinished tasks one tenant may have; over it a submit is refused (0 = no cap)"}
+        default=0,
+        metadata={"help": "unfinished tasks one tenant may have; over it a submit is refused (0 = no cap)"},
     )
     tenant_max_docs: int = field(
         default=0, metadata={"help": "documents one submission may hold (0 = no cap)"}
@@ -259,7 +264,8 @@ class Settings:
         default=14400.0, metadata={"help": "how long a finished task's result is kept"}
     )
     single_use_results: bool = field(
-        default=True, metadata={"help": "a fetched result expires result_removal_delay_s after its first fetch"}
+        default=True,
+        metadata={"help": "a fetched result expires result_removal_delay_s after its first fetch"},
     )
     result_removal_delay_s: float = field(
         default=300.0, metadata={"help": "life of a single-use result after its first fetch"}
@@ -273,7 +279,8 @@ class Settings:
     )
     api_keys: str = field(
         default="",
-        repr=False, metadata={"help": "per-tenant API keys: TENANT=KEY, comma separated (empty: no keys)"}
+        repr=False,
+        metadata={"help": "per-tenant API keys: TENANT=KEY, comma separated (empty: no keys)"},
     )
     api_admin_key: str = field(
         default="", repr=False, metadata={"help": "the admin API key (empty: no admin routes)"}
@@ -331,7 +338,10 @@ class Settings:
             raise ValueError("log_format must be plain or json")
         if self.tracing not in ("auto", "otlp", "console", "off"):
             raise ValueError("tracing must be auto, otlp, console or off")
-        if not (self.vector_store == "mysql" or self.vector_store.startswith(("milvus:///", "http://", "https://"))):
+        if not (
+            self.vector_store == "mysql"
+            or self.vector_store.startswith(("milvus:///", "http://", "https://"))
+        ):
             raise ValueError("vector_store must be mysql, milvus:///PATH.db or http(s)://HOST:19530")
         if self.vector_search_ef < 0:
             raise ValueError("vector_search_ef must be 0 (the default rule) or a positive breadth")
@@ -416,7 +426,9 @@ def setting_sources(environ: Mapping[str, str], **overrides: Any) -> list[dict[s
             value = redact_url(value)
         elif not f.repr:  # a secret: say whether it is set, never what it is
             value = "***" if value else ""
-        rows.append({"name": f.name, "env": env, "value": value, "source": source, "help": f.metadata.get("help", "")})
+        rows.append(
+            {"name": f.name, "env": env, "value": value, "source": source, "help": f.metadata.get("help", "")}
+        )
     return rows
 
 

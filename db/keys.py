@@ -32,9 +32,7 @@ def cancels(value: str | None, attempt: int) -> bool:
 def check_tenant(tenant_id: object) -> str:
     """``tenant_id`` if it is a valid tenant id, else ``ValueError`` naming the rule."""
     if not isinstance(tenant_id, str) or not _TENANT_ID.match(tenant_id):
-        raise ValueError(
-            f"a tenant id has 1 to 64 letters, digits or ._@- characters, not {tenant_id!r}"
-        )
+        raise ValueError(f"a tenant id has 1 to 64 letters, digits or ._@- characters, not {tenant_id!r}")
     return tenant_id
 
 

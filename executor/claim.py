@@ -215,7 +215,13 @@ def validate_and_claim(entries: Sequence[Entry], rules: ClaimRules, *, nested: b
         if kind == "ack":
             plan.ack(entry, tid, text, extra)
         elif kind == "dead":
-            plan.dead(entry, tid, text, max(entry.deliveries, int(rows[tid][0].get("handback_count") or 0)), once=True)
+            plan.dead(
+                entry,
+                tid,
+                text,
+                max(entry.deliveries, int(rows[tid][0].get("handback_count") or 0)),
+                once=True,
+            )
         elif kind == "bury":
             to_bury.append((entry, msg, text))
         elif kind == "defer":
@@ -304,15 +310,21 @@ def _bury_rows(items: list[tuple[Entry, dict[str, Any], str]], rows: dict[str, A
     now = now_ms()
     for entry, msg, reason in items:
         row = rows[msg["id"]][0]
-        buried = Task.update(
-            status=DEAD,
-            progress=-1.0,
-            owner="",
-            progress_msg=append_line(row.get("progress_msg") or "", f"dead letter: {reason}"),
-            update_time=now,
-        ).where(
-            (Task.id == row["id"]) & (Task.status.in_([QUEUED, RUNNING])) & (Task.attempt == row["attempt"])
-        ).execute()
+        buried = (
+            Task.update(
+                status=DEAD,
+                progress=-1.0,
+                owner="",
+                progress_msg=append_line(row.get("progress_msg") or "", f"dead letter: {reason}"),
+                update_time=now,
+            )
+            .where(
+                (Task.id == row["id"])
+                & (Task.status.in_([QUEUED, RUNNING]))
+                & (Task.attempt == row["attempt"])
+            )
+            .execute()
+        )
         outcome = result_record(row, DEAD, error=reason, finished_at=now) if buried else None
         deliveries = max(entry.deliveries, int(row.get("handback_count") or 0))
         plan.dead(entry, row["id"], reason, deliveries, outcome)

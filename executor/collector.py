@@ -69,9 +69,7 @@ return {id, p[1][4] + 1, fields}
 def read_client(settings: Settings) -> redis.Redis:
     """One connection of its own for the blocking reads, without hidden retries (a retried read
     could take entries whose first reply was lost; the orphan check finds those instead)."""
-    return connect(
-        settings, socket_timeout=BLOCK_MS_MAX / 1000 + 8, single_connection=True, retries=False
-    )
+    return connect(settings, socket_timeout=BLOCK_MS_MAX / 1000 + 8, single_connection=True, retries=False)
 
 
 def _pairs(flat: list[str] | None) -> dict[str, str] | None:
@@ -80,7 +78,9 @@ def _pairs(flat: list[str] | None) -> dict[str, str] | None:
 
 def _entries(resp: Any) -> list[Entry]:
     """Entries of a Lua reply ``[[stream, [[id, [field, value, ...]], ...]], ...]``."""
-    return [decode_entry(stream, eid, _pairs(fields)) for stream, items in resp or [] for eid, fields in items]
+    return [
+        decode_entry(stream, eid, _pairs(fields)) for stream, items in resp or [] for eid, fields in items
+    ]
 
 
 class Collector:

@@ -112,7 +112,9 @@ class Daemon:
                 self._stop.set()
             return
         if self._voluntary and self._grace is not None:
-            self._grace.deadline = min(self._grace.deadline, trio.current_time() + self.settings.shutdown_grace_s)
+            self._grace.deadline = min(
+                self._grace.deadline, trio.current_time() + self.settings.shutdown_grace_s
+            )
         self._voluntary = False
         self._stop.set()
         if hurry:

@@ -77,5 +77,3 @@ def setup_logging(settings: Settings, consumer: str, stream: IO[str] | None = No
     root.setLevel(settings.log_level.upper())
     logging.captureWarnings(True)  # warnings as log records, in the same format
     return handler
-
-

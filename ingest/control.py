@@ -230,7 +230,9 @@ def _retry_candidates(
         .tuples()
     )
     if not found:
-        skipped.append((id_, f"no failed, dead or cancelled task in its current generation (document is {doc.run})"))
+        skipped.append(
+            (id_, f"no failed, dead or cancelled task in its current generation (document is {doc.run})")
+        )
     return found
 
 
@@ -319,7 +321,9 @@ def remove_kb(settings: Settings, kb_name: str, *, tenant_id: str = "default") -
         tasks, chunks = tasks + part.tasks_removed, chunks + part.chunks_removed
         if not batch:
             break
-    return RemoveResult(kb_id=kb, doc_ids=doc_ids, tasks_removed=tasks, chunks_removed=chunks, cancelled=cancelled)
+    return RemoveResult(
+        kb_id=kb, doc_ids=doc_ids, tasks_removed=tasks, chunks_removed=chunks, cancelled=cancelled
+    )
 
 
 def _lock_kb(kb_id: str) -> bool:
@@ -361,7 +365,9 @@ def _remove_docs(doc_ids: list[str], *, kb_id: str | None) -> tuple[RemoveResult
     return result, locations
 
 
-def _after_remove(settings: Settings, result: RemoveResult, locations: list[str], cancelled: list[str]) -> None:
+def _after_remove(
+    settings: Settings, result: RemoveResult, locations: list[str], cancelled: list[str]
+) -> None:
     """After the rows' commit: the engine's vectors, the bytes, the cancel keys."""
     vectors.forget(doc_ids=result.doc_ids, kb_id=result.kb_id)
     storage = open_storage(settings.storage_url)

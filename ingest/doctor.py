@@ -55,7 +55,9 @@ def _redis(settings: Settings) -> list[Finding]:
         client = connect(settings)
         info = {**client.info("server"), **client.info("persistence"), **client.info("memory")}
     except (redis.RedisError, OSError) as exc:
-        return [Finding("redis", False, f"unreachable at {where}: {exc}", "start Redis, or set INGEST_REDIS_URL")]
+        return [
+            Finding("redis", False, f"unreachable at {where}: {exc}", "start Redis, or set INGEST_REDIS_URL")
+        ]
     try:
         save = _config_get(client, "save")
     finally:
@@ -63,7 +65,9 @@ def _redis(settings: Settings) -> list[Finding]:
     found = []
     version = str(info.get("redis_version", "?"))
     if _version(version) < MIN_REDIS:
-        found.append(Finding("redis version", False, f"{version} at {where}", "use Redis 6.2 or later (7 advised)"))
+        found.append(
+            Finding("redis version", False, f"{version} at {where}", "use Redis 6.2 or later (7 advised)")
+        )
     else:
         found.append(Finding("redis version", True, f"{version} at {where}"))
     aof = str(info.get("aof_enabled", "0")) == "1"
@@ -135,16 +139,25 @@ def _database(settings: Settings) -> list[Finding]:
             except peewee.DatabaseError:
                 row = None
     except Exception as exc:  # noqa: BLE001 - every way of not answering is a finding
-        fix = "run `ingest init`" if "1049" in str(exc) or "Unknown database" in str(exc) else (
-            "start the database, or set INGEST_DB_URL"
+        fix = (
+            "run `ingest init`"
+            if "1049" in str(exc) or "Unknown database" in str(exc)
+            else ("start the database, or set INGEST_DB_URL")
         )
         return [Finding("database", False, f"{where}: {exc}", fix)]
     found = [Finding("database version", True, f"{version} at {where}")]
     if row is None:
-        found.append(Finding("database schema", False, "no schema version (tables missing)", "run `ingest init`"))
+        found.append(
+            Finding("database schema", False, "no schema version (tables missing)", "run `ingest init`")
+        )
     elif row.version < SCHEMA_VERSION:
         found.append(
-            Finding("database schema", False, f"version {row.version}, this code needs {SCHEMA_VERSION}", "run `ingest init`")
+            Finding(
+                "database schema",
+                False,
+                f"version {row.version}, this code needs {SCHEMA_VERSION}",
+                "run `ingest init`",
+            )
         )
     elif row.version > SCHEMA_VERSION:
         found.append(
@@ -168,7 +181,9 @@ def _model(settings: Settings) -> Finding:
         if not any((path / w).exists() for w in WEIGHTS):
             missing.append("weights (" + " or ".join(WEIGHTS) + ")")
         if missing:
-            return Finding("embedding model", False, f"{path} lacks {', '.join(missing)}", "reinstall the model package")
+            return Finding(
+                "embedding model", False, f"{path} lacks {', '.join(missing)}", "reinstall the model package"
+            )
         return Finding("embedding model", True, str(path))
     if importlib.util.find_spec("huggingface_hub") is not None:
         from huggingface_hub import try_to_load_from_cache
@@ -187,7 +202,9 @@ def _parsers() -> list[Finding]:
     found = []
     for module, what in PARSERS.items():
         if importlib.util.find_spec(module) is None:
-            found.append(Finding(f"parser {module}", False, f"missing: {what} documents fail", f"pip install {module}"))
+            found.append(
+                Finding(f"parser {module}", False, f"missing: {what} documents fail", f"pip install {module}")
+            )
         else:
             found.append(Finding(f"parser {module}", True, f"{what}"))
     return found

@@ -94,7 +94,13 @@ class LimitExceeded(IngestError):
     retry_after_s = 30  # what an HTTP front end tells the client (Retry-After)
 
     def __init__(self, limit: str, maximum: int, count: int, tenant_id: str, adding: int = 0) -> None:
-        self.limit, self.maximum, self.count, self.tenant_id, self.adding = limit, maximum, count, tenant_id, adding
+        self.limit, self.maximum, self.count, self.tenant_id, self.adding = (
+            limit,
+            maximum,
+            count,
+            tenant_id,
+            adding,
+        )
         self.orphan_locations: list[str] = []  # bytes the refused call had stored (the producer removes them)
         super().__init__(self.describe())
 

@@ -34,7 +34,9 @@ def keyword_available() -> bool:
 def keyword_top(kb_id: str, query: str, limit: int) -> list[tuple[str, float]]:
     """The ``limit`` current chunks of ``kb_id`` whose text best matches ``query``'s words."""
     if not is_mysql():
-        raise KeywordSearchUnavailable("keyword search needs MySQL/MariaDB (its FULLTEXT index); this is SQLite")
+        raise KeywordSearchUnavailable(
+            "keyword search needs MySQL/MariaDB (its FULLTEXT index); this is SQLite"
+        )
     with connection() as db:
         rows = db.execute_sql(_KEYWORD_SQL, (query, kb_id, query, int(limit))).fetchall()
     return [(str(cid), float(score)) for cid, score in rows if score and float(score) > 0]

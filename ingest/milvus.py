@@ -171,8 +171,12 @@ class MilvusStore:
         kb_id: str | None = None,
     ) -> None:
         filters = [_in("id", ids[i : i + DELETE_BATCH]) for i in range(0, len(ids), DELETE_BATCH)]
-        filters += [_in("task_id", task_ids[i : i + DELETE_BATCH]) for i in range(0, len(task_ids), DELETE_BATCH)]
-        filters += [_in("doc_id", doc_ids[i : i + DELETE_BATCH]) for i in range(0, len(doc_ids), DELETE_BATCH)]
+        filters += [
+            _in("task_id", task_ids[i : i + DELETE_BATCH]) for i in range(0, len(task_ids), DELETE_BATCH)
+        ]
+        filters += [
+            _in("doc_id", doc_ids[i : i + DELETE_BATCH]) for i in range(0, len(doc_ids), DELETE_BATCH)
+        ]
         if kb_id:
             filters.append(f"kb_id == {literal(kb_id)}")
         if not filters:
@@ -273,7 +277,9 @@ _WRITE_CALLS = (
 
 def lite_path(url: str) -> str:
     if not url.startswith("milvus:///") or len(url) <= len("milvus:///"):
-        raise ValueError(f"a Milvus Lite URL is milvus:///relative/PATH.db or milvus:////abs/PATH.db: {url!r}")
+        raise ValueError(
+            f"a Milvus Lite URL is milvus:///relative/PATH.db or milvus:////abs/PATH.db: {url!r}"
+        )
     return os.path.abspath(url[len("milvus:///") :])
 
 

@@ -154,7 +154,9 @@ def export_int8(settings: Settings, *, force: bool = False) -> ExportResult:
             query = min(cosines, key=cosines.__getitem__)
             reason = f"int8 minimum cosine {worst:.4f} < {qe.INT8_MIN_COSINE} (query {query!r}) against torch"
             (export_dir / qe.INT8_NAME).unlink(missing_ok=True)
-            qe.write_json_atomically(export_dir / qe.INT8_RECORD, {**record, "accepted": False, "reason": reason})
+            qe.write_json_atomically(
+                export_dir / qe.INT8_RECORD, {**record, "accepted": False, "reason": reason}
+            )
             return ExportResult(
                 identity, "refused", str(export_dir), worst, cosines, reason, time.monotonic() - started
             )

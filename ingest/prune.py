@@ -96,7 +96,9 @@ def _trim_progress(cutoff: int) -> int:
         while True:
             where = (Task.status == status) & (Task.update_time < cutoff) & several_lines
             if after is not None:
-                where &= (Task.update_time > after[0]) | ((Task.update_time == after[0]) & (Task.id > after[1]))
+                where &= (Task.update_time > after[0]) | (
+                    (Task.update_time == after[0]) & (Task.id > after[1])
+                )
             with unit():
                 rows = list(
                     Task.select(Task.id, Task.update_time, Task.progress_msg)

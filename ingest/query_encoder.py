@@ -421,7 +421,13 @@ _lock = threading.RLock()  # query_encoder -> _choose -> backend_encoder re-ente
 
 def query_encoder(settings: Settings) -> Encoder:
     """The process's query encoder for the settings' model (loaded once; blocking)."""
-    key = ("query", settings.embedding_model, settings.home, settings.query_encoder, settings.embedding_backend)
+    key = (
+        "query",
+        settings.embedding_model,
+        settings.home,
+        settings.query_encoder,
+        settings.embedding_backend,
+    )
     with _lock:
         encoder = _encoders.get(key)
         if encoder is None:

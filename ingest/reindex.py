@@ -58,7 +58,9 @@ def _kbs(kb_name: str | None, tenant_id: str) -> list[KnowledgeBase]:
 
 def row_count(kb_id: str) -> int:
     with connection():
-        return int(ChunkRow.select().where((ChunkRow.kb_id == kb_id) & ChunkRow.vector.is_null(False)).count())
+        return int(
+            ChunkRow.select().where((ChunkRow.kb_id == kb_id) & ChunkRow.vector.is_null(False)).count()
+        )
 
 
 def reindex(

@@ -18,7 +18,15 @@ from db.models import QUEUED, Task, now_ms
 from ingest.lines import appended
 
 BATCH = 1000
-MESSAGE_FIELDS = (Task.id, Task.doc_id, Task.task_type, Task.priority, Task.kb_id, Task.tenant_id, Task.payload)
+MESSAGE_FIELDS = (
+    Task.id,
+    Task.doc_id,
+    Task.task_type,
+    Task.priority,
+    Task.kb_id,
+    Task.tenant_id,
+    Task.payload,
+)
 
 
 def _batches(items: Sequence[str]) -> Iterable[Sequence[str]]:

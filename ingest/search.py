@@ -34,7 +34,6 @@ ENGINE_OVERFETCH = 2  # an engine is asked for this many times k (plus 10) candi
 ENGINE_ROUNDS = 4  # and up to 4x more each round while checked candidates fall short of k
 
 
-
 @dataclass(frozen=True)
 class Hit:
     chunk_id: str
@@ -148,7 +147,12 @@ def _hits(top: list[tuple[str, float]]) -> list[Hit]:
         rows = {
             row[0]: row
             for row in ChunkRow.select(
-                ChunkRow.id, ChunkRow.doc_id, Document.name, ChunkRow.page, ChunkRow.content, ChunkRow.last_page
+                ChunkRow.id,
+                ChunkRow.doc_id,
+                Document.name,
+                ChunkRow.page,
+                ChunkRow.content,
+                ChunkRow.last_page,
             )
             .join(Document, on=(Document.id == ChunkRow.doc_id))
             .where(ChunkRow.id.in_([cid for cid, _ in top]))

@@ -143,7 +143,9 @@ def mysql_block_sql(kb_id: str, after: str, block_rows: int) -> tuple[str, tuple
 
 def _mysql_blocks(kb_id: str, dim: int, block_rows: int) -> Iterator[tuple[list[str], np.ndarray]]:
     with connection():
-        current = dict(Document.select(Document.id, Document.generation).where(Document.kb_id == kb_id).tuples())
+        current = dict(
+            Document.select(Document.id, Document.generation).where(Document.kb_id == kb_id).tuples()
+        )
     last = ""
     while True:
         with connection() as db:

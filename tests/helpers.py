@@ -60,7 +60,9 @@ def admit(rclient: Any, keys: Any, consumer: str, count: int = 1000) -> list[tup
     ``consumer``'s pending list; returns their (stream, entry id)."""
     from db.gate import Gate
 
-    got = Gate(rclient, keys).dispatch(keys.group, consumer, count, default_max_running=10**6, slot_ms=600_000)
+    got = Gate(rclient, keys).dispatch(
+        keys.group, consumer, count, default_max_running=10**6, slot_ms=600_000
+    )
     return [(stream, eid) for stream, entries in got.reply for eid, _ in entries]
 
 

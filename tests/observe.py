@@ -86,7 +86,9 @@ def require_binary(name: str) -> str:
 
 def promtool_check_metrics(text: str) -> subprocess.CompletedProcess[str]:
     promtool = require_binary("promtool")
-    return subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30
+    )
 
 
 class TcpProxy:

@@ -165,7 +165,9 @@ def test_an_acl_user_runs_a_submit_and_a_real_task_and_its_password_is_shown_now
         assert main(["fleet", "--json", "--tenants", *args]) == 0
         assert main(["status", "--json", *args]) == 0
         # an error line names the URL too: redacted
-        assert main(["status", "--redis-url", url.replace(str(port), "1"), "--db-url", s.db_url]) == 3  # unreachable
+        assert (
+            main(["status", "--redis-url", url.replace(str(port), "1"), "--db-url", s.db_url]) == 3
+        )  # unreachable
         printed = capsys.readouterr()
         client = connect(url)
         try:

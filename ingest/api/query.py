@@ -34,9 +34,17 @@ async def run_search(
     return await runtime.in_embedder(work)
 
 
-async def _search(request: Request, kb: str, q: str, k: int, who: Caller, mode: str = "hybrid") -> dict[str, Any]:
+async def _search(
+    request: Request, kb: str, q: str, k: int, who: Caller, mode: str = "hybrid"
+) -> dict[str, Any]:
     runtime: Runtime = request.app.state.runtime
-    return {"kb": kb, "query": q, "k": k, "mode": mode, "hits": await run_search(runtime, kb, q, k, who.tenant_id, mode)}
+    return {
+        "kb": kb,
+        "query": q,
+        "k": k,
+        "mode": mode,
+        "hits": await run_search(runtime, kb, q, k, who.tenant_id, mode),
+    }
 
 
 @router.get("/search", responses={404: {"description": "no such knowledge base"}})

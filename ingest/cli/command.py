@@ -305,7 +305,9 @@ def cmd_reindex(settings: Settings, args: argparse.Namespace) -> int:
         json_out([c.to_dict() for c in done])
     else:
         for c in done:
-            out(f"reindexed {c.name} (tenant {c.tenant_id}): {c.rows} vectors written, {c.engine} in the engine")
+            out(
+                f"reindexed {c.name} (tenant {c.tenant_id}): {c.rows} vectors written, {c.engine} in the engine"
+            )
     return EXIT_OK if all(c.rows == c.engine for c in done) else EXIT_FAILED
 
 
@@ -408,7 +410,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--kb", required=True, metavar="NAME")
     sub.add_argument("--tenant", default="default", metavar="ID")
     sub.add_argument(
-        "-k", type=int, default=5, metavar="N", help="how many chunks (default 5, at most INGEST_SEARCH_MAX_K)"
+        "-k",
+        type=int,
+        default=5,
+        metavar="N",
+        help="how many chunks (default 5, at most INGEST_SEARCH_MAX_K)",
     )
     sub.add_argument(
         "--mode",

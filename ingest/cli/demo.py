@@ -99,7 +99,9 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     ensure_export(settings)  # searches embed the query through the model's ONNX export, no torch
     log_path = Path(settings.home) / "demo-fleet.log"
     if not args.json:
-        out(f"demo on {'the embedded default under ' + settings.home if settings.embedded else 'the configured services'}")
+        out(
+            f"demo on {'the embedded default under ' + settings.home if settings.embedded else 'the configured services'}"
+        )
         out(f"starting {args.workers} executors (log: {log_path})")
     procs = _start_fleet(settings, args.workers, log_path)
     try:
@@ -108,7 +110,9 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
         doc_ids = [d.id for d in result.documents]
         rows, ended = wait_for_documents(settings, doc_ids, timeout_s=args.timeout, show=not args.json)
         failed = [r for r in rows.values() if r["run"] in ENDED and r["run"] != "done"]
-        answers = {q: [_hit_dict(h) for h in search(settings, args.kb, q, k=3)] for q in args.query or QUERIES}
+        answers = {
+            q: [_hit_dict(h) for h in search(settings, args.kb, q, k=3)] for q in args.query or QUERIES
+        }
     finally:
         _stop_fleet(procs)
     if args.json:

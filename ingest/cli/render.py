@@ -97,7 +97,9 @@ def summary(console: Console, data: dict[str, Any]) -> None:
     if store.get("error"):
         console.print(f"vector store: {store['error']}", style="red")
     elif store:
-        console.print(f"vector store: {store['store']}, {len(store['knowledge_bases'])} knowledge base(s) compared")
+        console.print(
+            f"vector store: {store['store']}, {len(store['knowledge_bases'])} knowledge base(s) compared"
+        )
         for kb in store["differs"]:
             console.print(
                 f"vector store lost vectors of knowledge base {kb['name']} (tenant {kb['tenant_id']}): "
@@ -182,7 +184,7 @@ def fleet(console: Console, beats: list[dict[str, Any]]) -> None:
 
 
 def _pages(hit: dict[str, Any]) -> str:
-    """"" for a format without pages, "2" or "2-3" for a chunk that spans pages."""
+    """ "" for a format without pages, "2" or "2-3" for a chunk that spans pages."""
     first, last = hit.get("page"), hit.get("last_page")
     if not first:
         return ""

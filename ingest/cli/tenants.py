@@ -65,7 +65,9 @@ def render_standings(console: Any, rows: list[dict[str, Any]]) -> None:
     if not rows:
         console.print("no tenants with work")
         return
-    table = Table("tenant", "queued", "running", "held", "slots", "waiting at gate", "limit", "state", box=None)
+    table = Table(
+        "tenant", "queued", "running", "held", "slots", "waiting at gate", "limit", "state", box=None
+    )
     for r in rows:
         state = "paused" if r["paused"] else "at cap" if r["parked"] else ""
         limit = str(r["max_running"]) + (f", queued ≤ {r['max_queued']}" if r["max_queued"] else "")
@@ -164,4 +166,3 @@ def add_verbs(verbs: Any, global_options: GlobalOptions) -> None:
     sub.add_argument("--host", metavar="ADDR", help="address to bind (INGEST_API_HOST)")
     sub.add_argument("--port", type=int, metavar="N", help="port (INGEST_API_PORT)")
     sub.add_argument("--workers", type=int, metavar="N", help="worker processes (INGEST_API_WORKERS)")
-

@@ -59,7 +59,9 @@ def wait_for_documents(
     )
     waker = Waker(settings)
     lines = show and plain_output()
-    progress = Progress(*columns, console=new_console(stderr=True), disable=not show or lines, transient=False)
+    progress = Progress(
+        *columns, console=new_console(stderr=True), disable=not show or lines, transient=False
+    )
     rows: dict[str, dict[str, Any]] = {}
     told: set[str] = set()
     try:

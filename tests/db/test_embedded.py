@@ -94,7 +94,12 @@ def test_the_cli_runs_on_the_embedded_default_and_leaves_nothing_running(home):
     env = {"PATH": "/usr/bin:/bin", "INGEST_HOME": home, "HOME": home}
     for argv in (["init"], ["status", "--json"], ["doctor", "--json"]):
         done = subprocess.run(
-            [sys.executable, "-m", "ingest", *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+            [sys.executable, "-m", "ingest", *argv],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert done.returncode == 0, (argv, done.stdout, done.stderr)
     assert '"ok": true' in done.stdout  # doctor: AOF on, noeviction, schema current

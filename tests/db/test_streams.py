@@ -100,7 +100,9 @@ def test_hole17_5_a_dead_letter_without_a_task_id_passes_no_empty_key_an_acl_use
         "ACL", "SETUSER", user, "on", f">{password}", f"~{keys.prefix}:*", f"&{keys.prefix}:*", "+@all"
     )
     try:
-        confined = redis.Redis(host="127.0.0.1", port=6379, username=user, password=password, decode_responses=True)
+        confined = redis.Redis(
+            host="127.0.0.1", port=6379, username=user, password=password, decode_responses=True
+        )
         mine = Streams(confined, keys)
         eid = rclient.xadd(keys.queue(0), {"message": "{not json"})
         rclient.xreadgroup(keys.group, "c1", {keys.queue(0): ">"}, count=1)
@@ -117,6 +119,8 @@ def test_hole2_a_published_key_whose_entry_is_gone_is_found_and_dropped(streams,
     """Issue 12 hole 2: the published key lives as long as its entry (no expiry); when the entry
     goes without an ack (an operator's XTRIM, a partial restore) the reconciler's check drops it."""
     streams.publish_many([{"id": "a", "priority": 0}, {"id": "b", "priority": 0}])
-    rclient.xtrim(keys.backlog(0, "default"), maxlen=1, approximate=False)  # a's entry is gone, b's is the newest
+    rclient.xtrim(
+        keys.backlog(0, "default"), maxlen=1, approximate=False
+    )  # a's entry is gone, b's is the newest
     assert streams.live_entries(["a", "b", "c"]) == [False, True, False]
     assert not rclient.exists(keys.published("a")) and rclient.exists(keys.published("b"))

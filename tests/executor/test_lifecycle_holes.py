@@ -39,7 +39,9 @@ async def test_hole4_retry_of_a_task_dead_from_hand_backs_runs_it_instead_of_bur
         await await_until(lambda: row(tid)["status"] == DONE, 10)
 
 
-def test_hole6_a_retry_racing_the_finisher_s_ack_leaves_the_task_an_entry(settings, streams, rclient, keys, db):
+def test_hole6_a_retry_racing_the_finisher_s_ack_leaves_the_task_an_entry(
+    settings, streams, rclient, keys, db
+):
     """The finisher wrote the row failed and is about to ack its entry; a retry re-queues the row
     and publishes (skipped before: "already live"); then the ack removes the entry and its key.
     Now the publish waits for that ack, which puts the message in the backlog."""
@@ -59,13 +61,18 @@ def test_hole6_a_retry_racing_the_finisher_s_ack_leaves_the_task_an_entry(settin
 
 
 @rule("finish.one-transaction")
-def test_hole11_cancel_recomputes_the_document_from_what_is_committed_now(settings, streams, rclient, keys, db):
+def test_hole11_cancel_recomputes_the_document_from_what_is_committed_now(
+    settings, streams, rclient, keys, db
+):
     """A cancel that read its rows, then locked the document, recomputed from its old snapshot:
     the other task finished meanwhile, both tasks terminal, the document left running."""
     kb_id, doc_id = make_document()
     a, b = enqueue(
         streams,
-        [task_spec("noop", doc_id=doc_id, kb_id=kb_id, status=RUNNING), task_spec("noop", doc_id=doc_id, kb_id=kb_id)],
+        [
+            task_spec("noop", doc_id=doc_id, kb_id=kb_id, status=RUNNING),
+            task_spec("noop", doc_id=doc_id, kb_id=kb_id),
+        ],
     )
     with unit():
         Document.update(run=RUNNING).where(Document.id == doc_id).execute()
@@ -115,6 +122,8 @@ async def test_hole2_an_orphan_entry_of_a_task_running_under_a_live_owner_never_
             pipe.xadd(keys.queue(0), {"message": orjson.dumps({"id": tid}).decode()})
             pipe.xreadgroup(keys.group, "host_2", {keys.queue(0): ">"}, count=1)
             second, _ = pipe.execute()  # an orphan of host_2: pending under its name, not held
-            await await_until(lambda: not rclient.xpending_range(keys.queue(0), keys.group, second, second, 1), 5)
+            await await_until(
+                lambda: not rclient.xpending_range(keys.queue(0), keys.group, second, second, 1), 5
+            )
             await trio.sleep(0.5)
             assert (row(tid)["owner"], row(tid)["attempt"]) == ("host_1", 1)  # never taken over

@@ -109,5 +109,7 @@ async def test_hole17_5_memory_ids_are_each_tenant_s_own(xsettings, streams, rcl
     theirs = save_message(xsettings, "chat", "user", "overwritten!", source_id="m1", tenant_id="attacker")
     async with running_daemon(xsettings):
         await await_until(lambda: all_in([mine, theirs], "done"), 30)
-    assert [r["content"] for r in conversation(xsettings, "chat", tenant_id="victim")] == ["the victim's words"]
+    assert [r["content"] for r in conversation(xsettings, "chat", tenant_id="victim")] == [
+        "the victim's words"
+    ]
     assert [r["content"] for r in conversation(xsettings, "chat", tenant_id="attacker")] == ["overwritten!"]

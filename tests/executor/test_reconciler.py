@@ -166,7 +166,9 @@ async def test_tenant_limits_lost_with_redis_are_mirrored_again_and_the_gate_obe
     assert _reconciler(xsettings, streams).reconcile(force=True).limits_mirrored == 0
 
 
-async def test_hole2_a_queued_row_whose_entry_was_trimmed_is_published_again(xsettings, streams, rclient, keys, db):
+async def test_hole2_a_queued_row_whose_entry_was_trimmed_is_published_again(
+    xsettings, streams, rclient, keys, db
+):
     """Issue 12 hole 2: the published key has no expiry now, so one whose entry went without an
     ack (an operator's XTRIM) must not hide the row from the reconciler for ever."""
     (tid,) = enqueue(streams, [task_spec("noop")])

@@ -57,7 +57,9 @@ async def test_a_task_requeued_while_its_entry_lives_runs_again_soon_after_the_l
         await await_until(lambda: row(tid)["status"] == RUNNING, 10)
         with unit():
             Task.update(status=QUEUED, progress=0.0, task_type="noop").where(Task.id == tid).execute()
-        assert streams.publish_many([{"id": tid, "task_type": "noop", "priority": 0}], requeue=True) == ["deferred"]
+        assert streams.publish_many([{"id": tid, "task_type": "noop", "priority": 0}], requeue=True) == [
+            "deferred"
+        ]
         await await_until(lambda: daemon.statistics().lost == 1, 10)
         await await_until(lambda: row(tid)["status"] == DONE and row(tid)["attempt"] == 2, 8)
     assert [tid, tid] == handlers.CALLS

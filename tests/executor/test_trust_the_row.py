@@ -32,7 +32,9 @@ async def test_a_forged_message_cannot_point_a_task_at_another_tenant_s_document
 ):
     from ingest.dataflow.catalog import create_dataflow
 
-    victim = submit_documents(xsettings, [("secret.txt", b"the victim's secret")], "private", tenant_id="victim")
+    victim = submit_documents(
+        xsettings, [("secret.txt", b"the victim's secret")], "private", tenant_id="victim"
+    )
     (secret,) = victim.documents
     with unit():
         location = Document.get_by_id(secret.id).location
@@ -63,10 +65,13 @@ async def test_a_forged_message_cannot_point_a_task_at_another_tenant_s_document
 async def test_a_task_row_naming_another_tenant_s_document_fails_without_reading_it(
     xsettings, streams, rclient, keys, db
 ):
-    victim = submit_documents(xsettings, [("secret.txt", b"the victim's secret")], "private", tenant_id="victim")
+    victim = submit_documents(
+        xsettings, [("secret.txt", b"the victim's secret")], "private", tenant_id="victim"
+    )
     (secret,) = victim.documents
     (task_id,) = enqueue_tasks(
-        xsettings, [{"task_type": "parse", "tenant_id": "attacker", "doc_id": secret.id, "kb_id": victim.kb_id}]
+        xsettings,
+        [{"task_type": "parse", "tenant_id": "attacker", "doc_id": secret.id, "kb_id": victim.kb_id}],
     )
     async with running_daemon(xsettings):
         await await_until(lambda: row(task_id)["status"] == FAILED, 60)
@@ -74,7 +79,9 @@ async def test_a_task_row_naming_another_tenant_s_document_fails_without_reading
 
 
 async def test_a_debug_run_reads_only_its_own_upload(xsettings, streams, rclient, keys, db):
-    victim = submit_documents(xsettings, [("secret.txt", b"the victim's secret")], "private", tenant_id="victim")
+    victim = submit_documents(
+        xsettings, [("secret.txt", b"the victim's secret")], "private", tenant_id="victim"
+    )
     with unit():
         location = Document.get_by_id(victim.documents[0].id).location
     from ingest.dataflow.catalog import create_dataflow
@@ -82,8 +89,15 @@ async def test_a_debug_run_reads_only_its_own_upload(xsettings, streams, rclient
     flow = create_dataflow(xsettings, "peek", _dsl(), tenant_id="attacker")
     (task_id,) = enqueue_tasks(
         xsettings,
-        [{"task_type": "dataflow", "tenant_id": "attacker", "dataflow_id": flow.id, "debug": True,
-          "document": {"name": "secret.txt", "doc_type": "txt", "location": location}}],
+        [
+            {
+                "task_type": "dataflow",
+                "tenant_id": "attacker",
+                "dataflow_id": flow.id,
+                "debug": True,
+                "document": {"name": "secret.txt", "doc_type": "txt", "location": location},
+            }
+        ],
     )
     async with running_daemon(xsettings):
         await await_until(lambda: row(task_id)["status"] == FAILED, 60)

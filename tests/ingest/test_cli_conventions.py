@@ -84,11 +84,15 @@ def test_piped_output_has_no_escape_sequences(settings):
     assert done.stdout and "\x1b" not in done.stdout + done.stderr
 
 
-def test_submit_wait_off_a_terminal_prints_a_line_per_document_not_bars(settings, tmp_path, rclient, keys, capsys):
+def test_submit_wait_off_a_terminal_prints_a_line_per_document_not_bars(
+    settings, tmp_path, rclient, keys, capsys
+):
     for name in ("a.txt", "b.txt"):
         (tmp_path / name).write_text(name)
     thread = _play_executor(rclient, keys, expected=2)
-    assert main(["submit", str(tmp_path), "--kb", "kb1", "--wait", "--timeout", "30", *cli_args(settings)]) == 0
+    assert (
+        main(["submit", str(tmp_path), "--kb", "kb1", "--wait", "--timeout", "30", *cli_args(settings)]) == 0
+    )
     thread.join(5)
     err = capsys.readouterr().err
     assert sorted(line for line in err.splitlines() if line.startswith("ingest: done: ")) == [
@@ -124,7 +128,11 @@ def test_config_says_where_each_setting_came_from_and_hides_secrets(settings, mo
     assert main(["config", "--json", "--db-url", url]) == 0
     out = capsys.readouterr().out
     shown = json.loads(out)
-    assert shown["db_url"] == {"value": "mysql://root:***@127.0.0.1:3306/x", "source": "flag", "env": "INGEST_DB_URL"}
+    assert shown["db_url"] == {
+        "value": "mysql://root:***@127.0.0.1:3306/x",
+        "source": "flag",
+        "env": "INGEST_DB_URL",
+    }
     assert shown["heartbeat_s"]["value"] == 7.0 and shown["heartbeat_s"]["source"] == "environment"
     assert shown["redis_url"]["value"] == "redis://:***@127.0.0.1:6379/0"
     assert shown["api_admin_key"]["value"] == "***" and shown["api_keys"]["value"] == ""
@@ -150,7 +158,12 @@ def test_doctor_on_a_sound_redis_then_one_that_may_evict(settings, tmp_path, cap
         found = _findings(capsys)
         for check in ("redis version", "redis persistence", "redis maxmemory-policy", "database version"):
             assert found[check]["ok"], found[check]
-        assert found["database schema"] == {"check": "database schema", "ok": True, "detail": f"version {SCHEMA_VERSION}", "fix": ""}
+        assert found["database schema"] == {
+            "check": "database schema",
+            "ok": True,
+            "detail": f"version {SCHEMA_VERSION}",
+            "fix": "",
+        }
         assert found["embedding model"]["ok"] and found["parser pypdfium2"]["ok"]
         assert code == (0 if all(f["ok"] for f in found.values()) else 1)
         import redis
@@ -228,7 +241,12 @@ def test_memory_rm_one_message_then_the_memory(settings, capsys):
     with unit():
         for n, (memory, tenant) in enumerate([("m1", "default")] * 3 + [("m1", "acme"), ("m2", "default")]):
             MemoryMessage.insert(
-                id=f"msg{n}", tenant_id=tenant, memory_id=memory, source_id=f"s{n}", role="user", content=f"c{n}"
+                id=f"msg{n}",
+                tenant_id=tenant,
+                memory_id=memory,
+                source_id=f"s{n}",
+                role="user",
+                content=f"c{n}",
             ).execute()
     assert main(["memory", "rm", "--memory", "m1", "--source", "s0", "--json", *cli_args(settings)]) == 0
     assert json.loads(capsys.readouterr().out)["removed"] == 1
@@ -242,7 +260,10 @@ def test_memory_rm_one_message_then_the_memory(settings, capsys):
 def test_a_timed_out_dataflow_run_leaves_no_bytes(settings, tmp_path, capsys):
     create_dataflow(settings, "flow", DSL)
     (tmp_path / "a.md").write_text("# title\n\nsome text")
-    assert main(["dataflow", "run", "flow", str(tmp_path / "a.md"), "--timeout", "0.5", *cli_args(settings)]) == 1
+    assert (
+        main(["dataflow", "run", "flow", str(tmp_path / "a.md"), "--timeout", "0.5", *cli_args(settings)])
+        == 1
+    )
     assert "its stored bytes removed" in capsys.readouterr().err
     with unit():
         (task,) = Task.select()

@@ -37,7 +37,9 @@ def test_readme_client_examples_run(settings, tmp_path):
             done = subprocess.run(
                 [sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=280
             )
-            assert done.returncode == 0, f"example {n}:\n{block}\n{done.stdout}\n{done.stderr}\n{executor.log()[-3000:]}"
+            assert done.returncode == 0, (
+                f"example {n}:\n{block}\n{done.stdout}\n{done.stderr}\n{executor.log()[-3000:]}"
+            )
             outputs.append(done.stdout)
         executor.stop()
     first, second, third = outputs[:3]

@@ -55,7 +55,9 @@ def test_a_token_cap_bounds_every_forward_batch_and_leaves_the_vectors_as_they_w
     texts = [" ".join(["lighthouse keepers trimmed the wicks"] * (1 + i % 9)) for i in range(40)]
     st = embedder._st
     shapes: list[tuple[int, int]] = []
-    hook = st.register_forward_pre_hook(lambda _module, args: shapes.append(tuple(args[0]["input_ids"].shape)))
+    hook = st.register_forward_pre_hook(
+        lambda _module, args: shapes.append(tuple(args[0]["input_ids"].shape))
+    )
     try:
         capped = embedder.encode(texts, batch_size=16, max_tokens=300)
         shapes_capped, shapes[:] = list(shapes), []

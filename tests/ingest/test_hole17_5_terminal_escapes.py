@@ -53,7 +53,9 @@ def test_status_of_a_document_and_its_task_messages_are_escaped(settings, capsys
     assert "second line" in out
 
 
-@pytest.mark.parametrize("verb", [["strike", "tenant_id", "==", EVIL], ["cancel", EVIL], ["retry", EVIL], ["rm", EVIL]])
+@pytest.mark.parametrize(
+    "verb", [["strike", "tenant_id", "==", EVIL], ["cancel", EVIL], ["retry", EVIL], ["rm", EVIL]]
+)
 def test_other_verbs_escape_what_they_print(settings, capsys, verb):
     code = main([*verb, *cli_args(settings)])
     out, err = capsys.readouterr()

@@ -66,7 +66,9 @@ def test_pdf_is_split_into_page_ranges_of_pages_per_task(settings, rclient, keys
     with unit():
         incarnation = Document.get_by_id(doc.id).incarnation
     assert len(incarnation) == 32
-    assert {t.id for t in tasks} == {ids.task_id(doc.id, t.from_page, t.to_page, 1, incarnation) for t in tasks}
+    assert {t.id for t in tasks} == {
+        ids.task_id(doc.id, t.from_page, t.to_page, 1, incarnation) for t in tasks
+    }
     assert sorted(m["id"] for m in stream_messages(rclient, keys, 0)) == sorted(t.id for t in tasks)
 
 

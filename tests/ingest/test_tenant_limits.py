@@ -97,7 +97,14 @@ def test_a_bad_tenant_id_or_limit_is_refused(settings):
 
 
 def test_the_cli_sets_shows_and_resets_limits_and_fleet_shows_tenants(settings, capsys, rclient, keys):
-    args = ["--db-url", settings.db_url, "--redis-url", settings.redis_url, "--key-prefix", settings.key_prefix]
+    args = [
+        "--db-url",
+        settings.db_url,
+        "--redis-url",
+        settings.redis_url,
+        "--key-prefix",
+        settings.key_prefix,
+    ]
     assert main(["tenant", "limits", "acme", "--max-running", "0", "--max-queued", "10", *args]) == 0
     out = capsys.readouterr().out
     assert "max_running = 0 (paused) (override)" in out and "max_queued = 10 (override)" in out

@@ -137,7 +137,10 @@ def test_a_rewrite_that_rolls_back_keeps_its_vectors_in_the_engine(vsettings, em
 
 
 def test_reindex_after_the_engine_s_file_is_lost_restores_the_same_results(
-    settings, embedder, tmp_path, capsys  # noqa: F811
+    settings,
+    embedder,  # noqa: F811 - the fixture imported above
+    tmp_path,
+    capsys,
 ):
     settings = settings.replace(vector_store=f"milvus:///{tmp_path}/vectors.db")
     vectors.use(settings)

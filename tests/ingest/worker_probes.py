@@ -40,5 +40,7 @@ def heavy_modules(data: bytes, from_page: int, to_page: int) -> list[Section]:
     from ingest.parsers import parse_document
 
     chunk_document(parse_document(data, "md"), ChunkConfig(), Settings().embedding_model)
-    loaded = sorted(m for m in ("torch", "sentence_transformers", "transformers", "onnxruntime") if m in sys.modules)
+    loaded = sorted(
+        m for m in ("torch", "sentence_transformers", "transformers", "onnxruntime") if m in sys.modules
+    )
     return [Section("loaded: " + ",".join(loaded))]

@@ -38,7 +38,9 @@ ACL_RULES = (
 
 
 def acl_setuser(client: redis.Redis, user: str, password: str, prefix: str) -> None:
-    client.execute_command("ACL", "SETUSER", user, "on", f">{password}", *ACL_RULES.format(prefix=prefix).split())
+    client.execute_command(
+        "ACL", "SETUSER", user, "on", f">{password}", *ACL_RULES.format(prefix=prefix).split()
+    )
 
 
 @pytest.fixture
@@ -79,7 +81,15 @@ async def test_the_whole_task_path_runs_as_a_user_confined_to_the_prefix(
         async with running_daemon(s) as daemon:
             # submit and parse (the real parse handler, embedded and stored)
             out = await trio.to_thread.run_sync(
-                run, "submit", str(EXAMPLES / "sourdough.txt"), "--kb", "bread", "--wait", "--timeout", "90", "--json"
+                run,
+                "submit",
+                str(EXAMPLES / "sourdough.txt"),
+                "--kb",
+                "bread",
+                "--wait",
+                "--timeout",
+                "90",
+                "--json",
             )
             (parsed,) = json.loads(out)["documents"][0]["task_ids"]
             result = Results(client, keys).fetch(parsed, tenant_id=None, single_use=True, removal_delay_s=60)

@@ -93,7 +93,9 @@ def test_passwords_from_files_work_and_appear_in_no_output(tmp_path, test_name, 
             ).replace(extra_handlers=EXTRA_HANDLERS, metrics_port=metrics_port, log_format="json")
             assert s.redis_password == secret and s.db_password == secret  # the newline dropped
             assert quote(secret, safe="") in s.db_url and secret not in repr(s)
-            _run_fleet_and_collect(s, tmp_path, files, secret, monkeypatch, capsys, db_url, redis_url, metrics_port)
+            _run_fleet_and_collect(
+                s, tmp_path, files, secret, monkeypatch, capsys, db_url, redis_url, metrics_port
+            )
     finally:
         close_database()
         _drop_database(root_url)
@@ -116,7 +118,9 @@ def _run_fleet_and_collect(s, tmp_path, files, secret, monkeypatch, capsys, db_u
         from db.database import init_database
 
         init_database(s.db_url)
-        ids = enqueue(Streams(client, keys), [task_spec("noop") for _ in range(3)] + [task_spec("fail", error="no")])
+        ids = enqueue(
+            Streams(client, keys), [task_spec("noop") for _ in range(3)] + [task_spec("fail", error="no")]
+        )
         wait_until(lambda: set(statuses(ids).values()) <= {DONE, FAILED} and len(statuses(ids)) == 4, 30)
         outputs["heartbeat"] = client.get(keys.executor("host_1")) or ""
         outputs["/metrics"] = _get(f"http://127.0.0.1:{metrics_port}/metrics")
@@ -146,7 +150,9 @@ def _run_fleet_and_collect(s, tmp_path, files, secret, monkeypatch, capsys, db_u
     assert main(["status", *cli]) != 0  # both the variable and the file: refused
     errors = capsys.readouterr()
     outputs["errors"] = errors.out + errors.err
-    assert "WRONGPASS" in outputs["errors"] or "invalid username-password" in outputs["errors"], outputs["errors"]
+    assert "WRONGPASS" in outputs["errors"] or "invalid username-password" in outputs["errors"], outputs[
+        "errors"
+    ]
     assert "refused the credentials" in outputs["errors"], outputs["errors"]
     assert "not both" in outputs["errors"]
     for where, text in outputs.items():

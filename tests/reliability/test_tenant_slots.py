@@ -29,7 +29,8 @@ DEFAULT_CAP = 2
 def _recorded(streams, tenant: str, n: int, seconds: float, **fields: object) -> list[str]:
     _, doc = make_document()
     specs = [
-        task_spec("record", doc_id=doc, tenant_id=tenant, seconds=seconds, chunks=1, **fields) for _ in range(n)
+        task_spec("record", doc_id=doc, tenant_id=tenant, seconds=seconds, chunks=1, **fields)
+        for _ in range(n)
     ]
     return enqueue(streams, specs)
 
