@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command. Two jobs:
-#   1. services: the lint, the layer contract, the type check (mypy --strict) and the whole suite
+#   1. services: the lint and the format check (ruff), the layer contract, the type check (mypy --strict) and the whole suite
 #      on real MariaDB and Redis under coverage, the processes it starts included; prints the
 #      combined total and the 15 lowest-covered files, and fails below the floor in pyproject.toml
 #      ([tool.coverage.report] fail_under) when the whole suite ran (a part, a path given, is not
@@ -44,6 +44,7 @@ suite_with_coverage() {
 
 if scripts/setup.sh; then
   .venv/bin/ruff check db ingest executor tests bench || status=1
+  .venv/bin/ruff format --check db ingest executor tests bench || status=1
   .venv/bin/lint-imports --no-cache || status=1
   .venv/bin/mypy || status=1  # strict, over the packages named in pyproject.toml
   if [ "${NO_COVERAGE:-0}" = 1 ]; then
@@ -55,6 +56,7 @@ else
   services="NOT RUN: scripts/setup.sh could not make MariaDB (127.0.0.1:3306) and Redis (127.0.0.1:6379) answer (no root or sudo to install or start them?)"
   scripts/setup.sh --venv-only || exit 1
   .venv/bin/ruff check db ingest executor tests bench || status=1
+  .venv/bin/ruff format --check db ingest executor tests bench || status=1
   .venv/bin/lint-imports --no-cache || status=1
   .venv/bin/mypy || status=1
 fi
