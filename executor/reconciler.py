@@ -47,7 +47,7 @@ from executor.progress import append_line
 from ingest import vectors
 from ingest.documents import lock_documents, recompute_documents
 from ingest.prune import prune_tasks
-from ingest.publish import task_message
+from ingest.publish import MESSAGE_COLUMNS, task_message
 from ingest.tenants import all_overrides, mirror_limits
 
 log = logging.getLogger("executor.reconciler")
@@ -59,15 +59,6 @@ MIN_INTERVAL_S = 0.5
 MAX_INTERVAL_S = 60.0
 STAT_REPUBLISHED = "republished"  # every re-publish (queued and re-queued rows)
 STAT_REQUEUED = "requeued_running"  # running rows of dead owners set queued
-_MESSAGE_FIELDS = (
-    Task.id,
-    Task.doc_id,
-    Task.task_type,
-    Task.priority,
-    Task.kb_id,
-    Task.tenant_id,
-    Task.payload,
-)
 
 
 @dataclass(frozen=True)
@@ -217,7 +208,7 @@ class Reconciler:
             where &= (Task.update_time > at) | ((Task.update_time == at) & (Task.id > tid))
         with connection():
             return list(
-                Task.select(*_MESSAGE_FIELDS, Task.update_time)
+                Task.select(*MESSAGE_COLUMNS, Task.update_time)
                 .where(where)
                 .order_by(Task.update_time, Task.id)
                 .limit(BATCH)
@@ -242,7 +233,7 @@ class Reconciler:
     def _lost_running(self, cutoff: int) -> list[dict[str, Any]]:
         with connection():
             rows = list(
-                Task.select(*_MESSAGE_FIELDS, Task.owner, Task.attempt, Task.progress_msg)
+                Task.select(*MESSAGE_COLUMNS, Task.owner, Task.attempt, Task.progress_msg)
                 .where((Task.status == RUNNING) & (Task.update_time < cutoff))
                 .order_by(Task.update_time)
                 .limit(BATCH)

@@ -16,13 +16,23 @@ import redis
 
 from db.config import Settings
 from db.keys import CANCEL_ANY, Keys
-from db.models import CANCELLED, now_ms
+from db.models import CANCELLED, Task, now_ms
 from db.results import Announcement, Results, result_record
 from db.streams import Streams, connect
 from ingest.errors import PublishError
 
 CHUNK = 1000
 _BASE_FIELDS = ("id", "doc_id", "task_type", "priority", "kb_id", "tenant_id")
+# The task row's columns :func:`task_message` reads: what a re-publish selects.
+MESSAGE_COLUMNS = (
+    Task.id,
+    Task.doc_id,
+    Task.task_type,
+    Task.priority,
+    Task.kb_id,
+    Task.tenant_id,
+    Task.payload,
+)
 
 
 def task_message(row: Mapping[str, Any]) -> dict[str, Any]:

@@ -16,17 +16,9 @@ from typing import Any
 from db.database import lock_for_update
 from db.models import QUEUED, Task, now_ms
 from ingest.lines import appended
+from ingest.publish import MESSAGE_COLUMNS
 
 BATCH = 1000
-MESSAGE_FIELDS = (
-    Task.id,
-    Task.doc_id,
-    Task.task_type,
-    Task.priority,
-    Task.kb_id,
-    Task.tenant_id,
-    Task.payload,
-)
 
 
 def _batches(items: Sequence[str]) -> Iterable[Sequence[str]]:
@@ -69,5 +61,5 @@ def requeue_rows(
                 changes[Task.retry_count] = Task.retry_count + 1
             Task.update(changes).where((Task.id == tid) & Task.status.in_(list(states))).execute()
         if live:
-            rows += list(Task.select(*MESSAGE_FIELDS).where(Task.id.in_(live)).dicts())
+            rows += list(Task.select(*MESSAGE_COLUMNS).where(Task.id.in_(live)).dicts())
     return rows
