@@ -217,3 +217,55 @@ def test_the_engine_s_search_breadth_is_a_setting(settings, embedder, tmp_path):
         vectors.close_all()
     with pytest.raises(ValueError, match="vector_search_ef"):
         type(settings).from_env({"INGEST_VECTOR_SEARCH_EF": "-1"})
+
+
+def _indexes(store: vectors.VectorStore, kb: vectors.KbRef) -> dict[str, str]:
+    from ingest.milvus import collection_name
+
+    client, name = store._client, collection_name(kb.dim, kb.model)  # type: ignore[attr-defined]
+    return {field: client.describe_index(name, field)["index_type"] for field in client.list_indexes(name)}
+
+
+def test_the_fields_every_search_filters_on_are_indexed(settings, embedder, tmp_path):  # noqa: F811
+    store = vectors.use(settings.replace(vector_store=f"milvus:///{tmp_path}/scalar.db"))
+    try:
+        kb_id, stored = _tenant_chunks("tenant-a", embedder, ["Volcanoes erupt lava and ash.", "Tides."])
+        kb = _kb_ref(kb_id)
+        assert _indexes(store, kb) == {"vector": "HNSW", "tenant_id": "INVERTED", "kb_id": "INVERTED"}
+        vectors.close_all()  # another process opens it: loads it as it is, indexes unchanged
+        store = vectors.use(settings.replace(vector_store=f"milvus:///{tmp_path}/scalar.db"))
+        query = embedder.encode(["lava"])[0]
+        assert [c for c, _ in store.search(kb, query, 1)] == [stored[0]]
+        assert _indexes(store, kb) == {"vector": "HNSW", "tenant_id": "INVERTED", "kb_id": "INVERTED"}
+    finally:
+        vectors.close_all()
+
+
+def test_an_engine_that_refuses_a_scalar_index_type_gets_the_next(
+    settings,
+    embedder,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+    caplog,
+):
+    """Milvus 2.3 refuses INVERTED and takes Trie; Milvus Lite refuses Trie: the same path."""
+    import ingest.milvus
+
+    monkeypatch.setattr(ingest.milvus, "SCALAR_INDEX_TYPES", ("Trie", "INVERTED"))
+    store = vectors.use(settings.replace(vector_store=f"milvus:///{tmp_path}/trie.db"))
+    try:
+        kb_id, _ = _tenant_chunks("tenant-a", embedder, ["Volcanoes erupt lava and ash."])
+        assert _indexes(store, _kb_ref(kb_id))["kb_id"] == "INVERTED"
+    finally:
+        vectors.close_all()
+    monkeypatch.setattr(ingest.milvus, "SCALAR_INDEX_TYPES", ("Trie",))  # refuses every type
+    store = vectors.use(settings.replace(vector_store=f"milvus:///{tmp_path}/none.db"))
+    try:
+        kb_id, stored = _tenant_chunks("tenant-b", embedder, ["Volcanoes erupt lava and ash.", "Tides."])
+        kb = _kb_ref(kb_id)
+        assert set(_indexes(store, kb)) == {"vector"}
+        assert "no scalar index on" in caplog.text and "Trie" in caplog.text
+        query = embedder.encode(["lava"])[0]
+        assert [c for c, _ in store.search(kb, query, 1)] == [stored[0]]  # searches without it
+    finally:
+        vectors.close_all()
