@@ -2,15 +2,24 @@
 
     .venv/bin/python bench/search_scale.py [--sizes 10000,100000] [--queries 50] [--dim 384]
         [--backends mysql,milvus-lite,milvus=http://127.0.0.1:19530] [--ef 0,256,512] [--plot DIR]
+        [--vectors FILE.npy] [--keep] [--reuse]
 
 One knowledge base of N chunks with synthetic vectors (normalised, drawn around 1,000 random
-centres, as embeddings of real text cluster), written as chunk rows in a MariaDB database of
-the bench's own (dropped at the end) and, for Milvus Lite, into a data directory under /tmp.
+centres with heavy noise: a hard case for an HNSW index), or real ones with ``--vectors``,
+written as chunk rows in a MariaDB database of the bench's own (dropped at the end) and, for
+Milvus Lite, into a data directory under /tmp.
 Reports for each N and backend: rows (or engine upserts) per second; search latency of the
 whole search path below the embedding (``ingest.search.nearest``: for Milvus, the engine plus
 the check of its hits against the rows), p50 and p99 over the queries; and recall@10 against
-exact search (numpy over all N vectors). Queries are stored vectors moved a little off; the
-mysql backend gets at most 10 of them above 100k chunks (a search there takes seconds).
+exact search (numpy over all N vectors). Synthetic queries are stored vectors moved a little
+off; the mysql backend gets at most 10 of them above 100k chunks (a search there takes seconds).
+
+``--vectors FILE.npy``: real embeddings (``bench/embed_texts.py`` makes them from a file of
+texts): the first N rows are the chunks, the last ``--queries`` rows the queries (texts never
+stored, as a user's question is not one of the chunks). ``--keep`` leaves the last size's rows and
+server collection in place after the run; ``--reuse`` then skips writing them again when the
+database and the server already hold exactly N (a 1M load and its index take most of an hour on
+2 cores), and measures at once.
 
 ``--backends``: ``mysql``, ``milvus-lite`` (the default pair) and ``NAME=URL`` for any
 ``INGEST_VECTOR_STORE`` URL, e.g. ``milvus=http://127.0.0.1:19530`` for a Milvus server. On a
@@ -36,7 +45,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from db.config import Settings  # noqa: E402
-from db.database import close_database, unit  # noqa: E402
+from db.database import close_database, init_database, unit  # noqa: E402
 from db.models import Chunk as ChunkRow  # noqa: E402
 from db.models import Document, KnowledgeBase  # noqa: E402
 from db.schema import init_schema  # noqa: E402
@@ -115,6 +124,16 @@ def wait_indexed(url: str, dim: int, rows: int) -> float:
         client.close()
 
 
+def filled(db_url: str, kb: vectors.KbRef, size: int) -> bool:
+    """Whether the database already holds the bench's knowledge base with exactly ``size`` rows."""
+    try:
+        init_database(db_url)
+        with unit():
+            return ChunkRow.select().where(ChunkRow.kb_id == kb.kb_id).count() == size
+    except Exception:  # noqa: BLE001 - no schema yet: nothing to reuse
+        return False
+
+
 def synthetic(n: int, dim: int, seed: int = 7) -> np.ndarray:
     rng = np.random.default_rng(seed)
     centres = rng.standard_normal((1000, dim)).astype(np.float32)
@@ -176,32 +195,53 @@ def run(
     db_url: str,
     backends: str = DEFAULT_BACKENDS,
     efs: tuple[int, ...] = (0,),
+    *,
+    real: np.ndarray | None = None,
+    keep: bool = False,
+    reuse: bool = False,
 ) -> list[dict[str, object]]:
-    """One size on each backend: prints a line each, returns the figures (for ``--plot``)."""
+    """One size on each backend: prints a line each, returns the figures (for ``--plot``).
+
+    ``real``: the ``--vectors`` matrix (chunks first, the queries its last ``n_queries`` rows);
+    ``keep`` leaves the rows and the server collections; ``reuse`` measures what a kept run left
+    where it holds exactly ``size`` rows (an insert rate of 0 is printed for what was not written)."""
     from tests.conftest import _drop_database
 
     measured: list[dict[str, object]] = []
     settings = Settings.from_env({}, db_url=db_url)
-    _drop_database(db_url)
+    kb = vectors.KbRef("default", ids.kb_id("default", "scale"), dim, MODEL)
     folder = tempfile.mkdtemp(prefix="bench-milvus-")
     chosen = parse_backends(backends, folder)
     servers = [url for _, url in chosen if is_server(url)]
-    for url in servers:
-        drop_bench_collection(url, dim)
-    init_schema(db_url)
+    reusing = reuse and filled(db_url, kb, size)
+    if reuse and not reusing:
+        print(f"{size:>9,} --reuse: the database does not hold {size:,} rows; writing them", flush=True)
+    if not reusing:
+        _drop_database(db_url)
+        for url in servers:
+            drop_bench_collection(url, dim)
+        init_schema(db_url)
     try:
-        matrix = synthetic(size, dim)
-        rng = np.random.default_rng(11)
-        picks = matrix[rng.integers(0, size, n_queries)] + 0.2 * rng.standard_normal((n_queries, dim)).astype(
-            np.float32
-        )
-        queries = picks / np.linalg.norm(picks, axis=1, keepdims=True)
+        if real is None:
+            matrix = synthetic(size, dim)
+            rng = np.random.default_rng(11)
+            picks = matrix[rng.integers(0, size, n_queries)] + 0.2 * rng.standard_normal(
+                (n_queries, dim)
+            ).astype(np.float32)
+            queries = picks / np.linalg.norm(picks, axis=1, keepdims=True)
+        else:
+            matrix, queries = (
+                np.ascontiguousarray(real[:size]),
+                np.ascontiguousarray(real[len(real) - n_queries :]),
+            )
         exact = [[f"{i:032x}" for i in np.argsort(-(matrix @ q), kind="stable")[:10]] for q in queries]
-        kb = vectors.KbRef("default", ids.kb_id("default", "scale"), dim, MODEL)
-        rows_rate = fill_rows(kb, matrix)
+        rows_rate = 0.0 if reusing else fill_rows(kb, matrix)
         for name, url in chosen:
             store = vectors.use(settings.replace(vector_store=url))
-            rate = rows_rate if store.exact else fill_engine(store, kb, matrix)
+            if store.exact or (reusing and is_server(url) and store.count(kb) == size):
+                rate = rows_rate
+            else:
+                rate = fill_engine(store, kb, matrix)
             if is_server(url):
                 waited = wait_indexed(url, dim, size)
                 print(
@@ -226,10 +266,11 @@ def run(
     finally:
         vectors.close_all()
         close_database()
-        _drop_database(db_url)
         shutil.rmtree(folder, ignore_errors=True)
-        for url in servers:
-            drop_bench_collection(url, dim)
+        if not keep:
+            _drop_database(db_url)
+            for url in servers:
+                drop_bench_collection(url, dim)
     return measured
 
 
@@ -256,15 +297,48 @@ def main(argv: list[str] | None = None) -> int:
         metavar="DIR",
         help="also write search_latency.png of this run there (the plots extra)",
     )
+    parser.add_argument(
+        "--vectors",
+        type=Path,
+        metavar="FILE.npy",
+        help="real embeddings (bench/embed_texts.py): the first N rows are the chunks, the last "
+        "--queries rows the queries; --dim is the file's",
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="leave the rows and server collection after the run"
+    )
+    parser.add_argument(
+        "--reuse", action="store_true", help="measure what a --keep run left, where it holds exactly N rows"
+    )
     args = parser.parse_args(argv)
     parse_backends(args.backends, "")  # a wrong name fails before any work
+    sizes = [int(s) for s in args.sizes.split(",")]
+    real = None
+    if args.vectors:
+        real = np.load(args.vectors, mmap_mode="r")
+        args.dim = real.shape[1]
+        if max(sizes) + args.queries > len(real):
+            raise SystemExit(
+                f"{args.vectors} holds {len(real):,} vectors: fewer than {max(sizes):,} + {args.queries}"
+            )
     efs = tuple(int(e) for e in args.ef.split(",") if e.strip())
     if args.plot:
         from bench import plots  # before the run: a missing matplotlib fails at once
     print(f"{'chunks':>9} {'backend':<12} (insert: rows/s for mysql, engine upserts/s for milvus)")
     measured = []
-    for size in (int(s) for s in args.sizes.split(",")):
-        measured += run(size, args.dim, args.queries, args.db_url, args.backends, efs)
+    for size in sizes:
+        last = size == sizes[-1]
+        measured += run(
+            size,
+            args.dim,
+            args.queries,
+            args.db_url,
+            args.backends,
+            efs,
+            real=real,
+            keep=args.keep and last,
+            reuse=args.reuse,
+        )
     if args.plot:
         print(f"plot: {plots.search_latency(args.plot / 'search_latency.png', measured)}")
     return 0
