@@ -36,6 +36,7 @@ import atexit
 import contextlib
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -56,9 +57,6 @@ DELETE_BATCH = 500
 CONNECT_WAIT_S = 15.0
 HNSW_PARAMS = {"M": 16, "efConstruction": 200}
 FILTERED = ("tenant_id", "kb_id")  # every search filters on both: each gets a scalar index
-# INVERTED where the engine has it (Milvus 2.4 and later, Milvus Lite); Milvus 2.3 refuses it
-# ("index type not match ... expected=Trie") and indexes strings with marisa-trie only.
-SCALAR_INDEX_TYPES = ("INVERTED", "Trie")
 MAX_LIMIT = 16384  # Milvus's top-k cap
 
 
@@ -68,6 +66,16 @@ class VectorStoreUnavailable(RetryableError):
 
 def collection_name(dim: int, model: str) -> str:
     return f"{PREFIX}{int(dim)}_{xxhash.xxh64_hexdigest(model.encode())}"
+
+
+def scalar_index_types(server_version: str) -> tuple[str, ...]:
+    """The scalar index types to ask for, the one the engine takes first: INVERTED on Milvus
+    2.4 and later and on Milvus Lite (``milvus_lite-3.2.2``), Trie (marisa-trie) on a 2.3
+    server (``v2.3.5-lite``), which refuses INVERTED ("index type not match")."""
+    found = re.match(r"v?(\d+)\.(\d+)", server_version)
+    if found and (int(found[1]), int(found[2])) < (2, 4):
+        return ("Trie", "INVERTED")
+    return ("INVERTED", "Trie")
 
 
 def literal(value: str) -> str:
@@ -146,16 +154,18 @@ class MilvusStore:
 
         Without an index the engine compares the filter's strings with every row of every
         segment a search reads (at 1M chunks on a 2.3 server, 4 ms of a 10 ms search against
-        2 ms with it: bench/README.md). A type the engine refuses gives way to the next; an
-        engine that refuses them all searches without one (logged). Only here: a 2.3 server
+        2 ms with it: bench/README.md). The type is chosen by the engine's version; one it
+        refuses all the same gives way to the next, and an engine that refuses them all
+        searches without one (logged). Only here: a 2.3 server
         refuses to load a collection whose indexes changed while it was loaded ("can't change
         the index for loaded collection") until it is released, so a collection made without
         them is left as it is (bench/README.md says how to add them by hand)."""
         from pymilvus.exceptions import MilvusException
 
+        types = scalar_index_types(str(client.get_server_version()))
         for field in FILTERED:
             refused: list[str] = []
-            for index_type in SCALAR_INDEX_TYPES:
+            for index_type in types:
                 params = client.prepare_index_params()
                 params.add_index(field_name=field, index_type=index_type)
                 try:

@@ -248,17 +248,21 @@ def test_an_engine_that_refuses_a_scalar_index_type_gets_the_next(
     monkeypatch,
     caplog,
 ):
-    """Milvus 2.3 refuses INVERTED and takes Trie; Milvus Lite refuses Trie: the same path."""
+    """Milvus 2.3 refuses INVERTED and takes Trie; Milvus Lite refuses Trie: the type is chosen
+    by the engine's version, and one refused all the same gives way to the next."""
     import ingest.milvus
 
-    monkeypatch.setattr(ingest.milvus, "SCALAR_INDEX_TYPES", ("Trie", "INVERTED"))
+    assert ingest.milvus.scalar_index_types("v2.3.5-lite") == ("Trie", "INVERTED")
+    assert ingest.milvus.scalar_index_types("v2.5.4") == ("INVERTED", "Trie")
+    assert ingest.milvus.scalar_index_types("milvus_lite-3.2.2") == ("INVERTED", "Trie")
+    monkeypatch.setattr(ingest.milvus, "scalar_index_types", lambda version: ("Trie", "INVERTED"))
     store = vectors.use(settings.replace(vector_store=f"milvus:///{tmp_path}/trie.db"))
     try:
         kb_id, _ = _tenant_chunks("tenant-a", embedder, ["Volcanoes erupt lava and ash."])
         assert _indexes(store, _kb_ref(kb_id))["kb_id"] == "INVERTED"
     finally:
         vectors.close_all()
-    monkeypatch.setattr(ingest.milvus, "SCALAR_INDEX_TYPES", ("Trie",))  # refuses every type
+    monkeypatch.setattr(ingest.milvus, "scalar_index_types", lambda version: ("Trie",))  # all refused
     store = vectors.use(settings.replace(vector_store=f"milvus:///{tmp_path}/none.db"))
     try:
         kb_id, stored = _tenant_chunks("tenant-b", embedder, ["Volcanoes erupt lava and ash.", "Tides."])
