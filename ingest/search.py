@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from db.config import Settings
-from db.database import connection, init_database
+from db.database import connection, init_database, is_mysql
 from db.models import Chunk as ChunkRow
 from db.models import Document, KnowledgeBase
 from ingest import vectors
@@ -118,17 +118,24 @@ def _current(kb_id: str, ids: list[str]) -> set[str]:
 
     Two lookups by primary key (the chunks, then their documents' generations), not a join:
     MariaDB drove a join from the document into the chunk table's ``(doc_id, generation)``
-    index and read every chunk of the document (2-3.6 s for 30 ids at 1M chunks in one)."""
+    index and read every chunk of the document (2-3.6 s for 30 ids at 1M chunks in one). The
+    chunks' primary key is forced (:func:`current_chunks_sql`): left to itself, with a freshly
+    loaded table's statistics, MariaDB read them through the ``(kb_id, id)`` index by ``kb_id``
+    alone, every entry of the knowledge base (0.5-0.7 s for 30 ids at 1M chunks)."""
     if not ids:
         return set()
     rows: list[tuple[str, str, int]] = []
-    with connection():
+    with connection() as db:
         for start in range(0, len(ids), 1000):
-            rows.extend(
-                ChunkRow.select(ChunkRow.id, ChunkRow.doc_id, ChunkRow.generation)
-                .where((ChunkRow.kb_id == kb_id) & ChunkRow.id.in_(ids[start : start + 1000]))
-                .tuples()
-            )
+            part = ids[start : start + 1000]
+            if is_mysql():
+                rows.extend(db.execute_sql(*current_chunks_sql(kb_id, part)).fetchall())
+            else:
+                rows.extend(
+                    ChunkRow.select(ChunkRow.id, ChunkRow.doc_id, ChunkRow.generation)
+                    .where((ChunkRow.kb_id == kb_id) & ChunkRow.id.in_(part))
+                    .tuples()
+                )
         docs = sorted({doc for _, doc, _ in rows})
         generation: dict[str, int] = {}
         for start in range(0, len(docs), 1000):
@@ -138,6 +145,17 @@ def _current(kb_id: str, ids: list[str]) -> set[str]:
                 .tuples()
             )
     return {cid for cid, doc, gen in rows if generation.get(doc) == gen}
+
+
+def current_chunks_sql(kb_id: str, ids: list[str]) -> tuple[str, list[str]]:
+    """MySQL's statement (and parameters) for the chunk rows of ``ids`` in ``kb_id``: one
+    primary-key lookup each (``EXPLAIN`` it in tests)."""
+    marks = ", ".join(["%s"] * len(ids))
+    return (
+        "SELECT id, doc_id, generation FROM chunk FORCE INDEX (PRIMARY) "  # noqa: S608 - placeholders only
+        f"WHERE id IN ({marks}) AND kb_id = %s",
+        [*ids, kb_id],
+    )
 
 
 def _hits(top: list[tuple[str, float]]) -> list[Hit]:

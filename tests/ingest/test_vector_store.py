@@ -194,6 +194,35 @@ def test_the_mysql_blocks_read_only_the_knowledge_base_s_own_rows(settings):
     assert sum(len(i) for i, _ in vectors.vector_blocks(small, 4, block_rows=7)) == 50
 
 
+def test_an_engine_s_hits_are_checked_by_primary_key(settings):
+    """The check of an engine's hits against the rows reads each by its primary key, whatever
+    the statistics say (fresh ones had MariaDB read the whole knowledge base by ``kb_id``), and
+    keeps only the knowledge base's own chunks of their document's current generation."""
+    from ingest.search import _current, current_chunks_sql
+
+    kb_id, other = ids.kb_id("default", "kb"), ids.kb_id("default", "other")
+    with unit():
+        KnowledgeBase.create(id=kb_id, name="kb")
+        Document.create(id="d".ljust(32, "d"), kb_id=kb_id, name="a.txt", generation=2)
+        rows = [
+            {"id": f"{i:032x}", "kb_id": kb_id if i < 2900 else other, "doc_id": "d".ljust(32, "d"),
+             "task_id": "t", "generation": 1 if i < 100 else 2, "position": i, "content": "x"}
+            for i in range(3000)
+        ]  # fmt: skip
+        for start in range(0, len(rows), 500):
+            ChunkRow.insert_many(rows[start : start + 500]).execute()
+    asked = [f"{i:032x}" for i in range(0, 3000, 100)]  # 30: one old generation, one other kb
+    with unit() as db:
+        cursor = db.execute_sql(
+            "EXPLAIN " + current_chunks_sql(kb_id, asked)[0], current_chunks_sql(kb_id, asked)[1]
+        )
+        columns = [c[0] for c in cursor.description]
+        plan = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+    assert [(p["table"], p["key"], p["type"]) for p in plan] == [("chunk", "PRIMARY", "range")], plan
+    assert int(plan[0]["rows"]) <= len(asked), plan
+    assert _current(kb_id, asked) == set(asked[1:29])
+
+
 def test_k_over_the_cap_is_refused(settings, capsys):
     with pytest.raises(ValueError, match="INGEST_SEARCH_MAX_K"):
         search(settings.replace(search_max_k=10), "kb", "anything", k=11)
