@@ -154,7 +154,7 @@ class MilvusStore:
 
         Without an index the engine compares the filter's strings with every row of every
         segment a search reads (at 1M chunks on a 2.3 server, 4 ms of a 10 ms search against
-        2 ms with it: bench/README.md). The type is chosen by the engine's version; one it
+        2-3 ms with it: bench/README.md). The type is chosen by the engine's version; one it
         refuses all the same gives way to the next, and an engine that refuses them all
         searches without one (logged). Only here: a 2.3 server
         refuses to load a collection whose indexes changed while it was loaded ("can't change
