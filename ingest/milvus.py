@@ -19,7 +19,9 @@ collection. So, with several processes on one host (executors, the CLI, the API)
 One collection per vector space, ``chunks_d{dim}_{model hash}``, with the chunk id as primary
 key and the tenant, knowledge base, document and task as fields; every search filters on tenant
 and knowledge base, so one tenant's query never reads another's chunks. The index is HNSW on
-inner product (the vectors are normalised), searched with ``ef`` of at least 4x the limit, or
+inner product (the vectors are normalised; ``tenant_id`` and ``kb_id`` carry scalar indexes
+that the filter reads, made with the collection or before it is next loaded), searched with
+``ef`` of at least 4x the limit, or
 ``INGEST_VECTOR_SEARCH_EF`` where set (never below the limit, which Milvus requires): the
 breadth trades recall for latency, and the right value depends on the data and the cores.
 
@@ -66,6 +68,21 @@ class VectorStoreUnavailable(RetryableError):
 
 def collection_name(dim: int, model: str) -> str:
     return f"{PREFIX}{int(dim)}_{xxhash.xxh64_hexdigest(model.encode())}"
+
+
+def collection_schema(dim: int) -> Any:
+    """The fields of a collection: the chunk id (primary key), its tenant, knowledge base,
+    document and task, and the vector."""
+    from pymilvus import DataType, MilvusClient
+
+    schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=32)
+    schema.add_field("tenant_id", DataType.VARCHAR, max_length=64)
+    schema.add_field("kb_id", DataType.VARCHAR, max_length=32)
+    schema.add_field("doc_id", DataType.VARCHAR, max_length=32)
+    schema.add_field("task_id", DataType.VARCHAR, max_length=32)
+    schema.add_field("vector", DataType.FLOAT_VECTOR, dim=int(dim))
+    return schema
 
 
 def scalar_index_types(server_version: str) -> tuple[str, ...]:
@@ -125,45 +142,56 @@ class MilvusStore:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _collection(self, client: Any, dim: int, model: str, *, create: bool) -> str | None:
-        from pymilvus import DataType, MilvusClient
+        """The collection's name, made (``create``) and loaded on first use by this process.
+
+        A loaded collection is used as it is. One that is not loaded (new, or released: a
+        restarted server, a new Lite owner) gets the indexes it lacks before it is loaded: a
+        2.3 server refuses to load a collection whose indexes changed while it was loaded
+        ("can't change the index for loaded collection") until it is released, so a process
+        that finds another one's new collection not loaded yet makes sure of every index
+        before its load, never after, and a loaded collection's indexes are never changed."""
+        from pymilvus.client.types import LoadState
 
         name = collection_name(dim, model)
         if name in self._known:
             return name
+        created = False
         if not client.has_collection(name):
             if not create:
                 return None
-            schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
-            schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=32)
-            schema.add_field("tenant_id", DataType.VARCHAR, max_length=64)
-            schema.add_field("kb_id", DataType.VARCHAR, max_length=32)
-            schema.add_field("doc_id", DataType.VARCHAR, max_length=32)
-            schema.add_field("task_id", DataType.VARCHAR, max_length=32)
-            schema.add_field("vector", DataType.FLOAT_VECTOR, dim=int(dim))
-            client.create_collection(name, schema=schema)  # not loaded: indexed first
-            index = client.prepare_index_params()
-            index.add_index(field_name="vector", index_type="HNSW", metric_type="IP", params=HNSW_PARAMS)
-            client.create_index(name, index)
-            self._scalar_indexes(client, name)
-        client.load_collection(name)  # also a reopened one (a new Lite owner, a restarted server)
+            client.create_collection(name, schema=collection_schema(dim))  # not loaded: indexed first
+            created = True  # (Milvus Lite calls a new collection loaded at once)
+        if created or client.get_load_state(name).get("state") != LoadState.Loaded:
+            self._indexes(client, name)
+            client.load_collection(name)
         self._known.add(name)
         return name
 
-    def _scalar_indexes(self, client: Any, name: str) -> None:
-        """Index the fields every search filters on, in a new collection before it is loaded.
+    def _indexes(self, client: Any, name: str) -> None:
+        """The vector index and a scalar index on each field every search filters on, those the
+        collection lacks (it is not loaded).
 
-        Without an index the engine compares the filter's strings with every row of every
+        Without a scalar index the engine compares the filter's strings with every row of every
         segment a search reads (at 1M chunks on a 2.3 server, 4 ms of a 10 ms search against
-        2-3 ms with it: bench/README.md). The type is chosen by the engine's version; one it
-        refuses all the same gives way to the next, and an engine that refuses them all
-        searches without one (logged). Only here: a 2.3 server
-        refuses to load a collection whose indexes changed while it was loaded ("can't change
-        the index for loaded collection") until it is released, so a collection made without
-        them is left as it is (bench/README.md says how to add them by hand)."""
+        2-3 ms with it: bench/README.md). Its type is chosen by the engine's version; one the
+        engine refuses all the same gives way to the next, and where it refuses them all the
+        collection is searched without one (logged). An index that another process made
+        meanwhile counts as made."""
         from pymilvus.exceptions import MilvusException
 
+        have = set(client.list_indexes(name))
+        if "vector" not in have:
+            params = client.prepare_index_params()
+            params.add_index(field_name="vector", index_type="HNSW", metric_type="IP", params=HNSW_PARAMS)
+            try:
+                client.create_index(name, params)
+            except MilvusException:
+                if "vector" not in client.list_indexes(name):  # not a racer's: a real failure
+                    raise
         types = scalar_index_types(str(client.get_server_version()))
         for field in FILTERED:
+            if field in have:
+                continue
             refused: list[str] = []
             for index_type in types:
                 params = client.prepare_index_params()
@@ -172,6 +200,8 @@ class MilvusStore:
                     client.create_index(name, params)
                     break
                 except MilvusException as exc:
+                    if field in client.list_indexes(name):
+                        break  # another process's
                     refused.append(f"{index_type}: {exc.message}")
             else:
                 log.warning("no scalar index on %s.%s (%s)", name, field, "; ".join(refused))

@@ -194,7 +194,7 @@ def test_the_mysql_blocks_read_only_the_knowledge_base_s_own_rows(settings):
     assert sum(len(i) for i, _ in vectors.vector_blocks(small, 4, block_rows=7)) == 50
 
 
-def test_an_engine_s_hits_are_checked_by_primary_key(settings):
+def test_an_engine_s_hits_are_checked_by_primary_key(settings, monkeypatch):
     """The check of an engine's hits against the rows reads each by its primary key, whatever
     the statistics say (fresh ones had MariaDB read the whole knowledge base by ``kb_id``), and
     keeps only the knowledge base's own chunks of their document's current generation."""
@@ -212,15 +212,29 @@ def test_an_engine_s_hits_are_checked_by_primary_key(settings):
         for start in range(0, len(rows), 500):
             ChunkRow.insert_many(rows[start : start + 500]).execute()
     asked = [f"{i:032x}" for i in range(0, 3000, 100)]  # 30: one old generation, one other kb
+    statement, params = current_chunks_sql(kb_id, asked)
+    assert "FORCE INDEX (PRIMARY)" in statement  # not left to the statistics of the moment
     with unit() as db:
-        cursor = db.execute_sql(
-            "EXPLAIN " + current_chunks_sql(kb_id, asked)[0], current_chunks_sql(kb_id, asked)[1]
-        )
+        cursor = db.execute_sql("EXPLAIN " + statement, params)
         columns = [c[0] for c in cursor.description]
         plan = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
     assert [(p["table"], p["key"], p["type"]) for p in plan] == [("chunk", "PRIMARY", "range")], plan
     assert int(plan[0]["rows"]) <= len(asked), plan
     assert _current(kb_id, asked) == set(asked[1:29])
+    # every id through that statement, 1,000 at a time
+    import ingest.search
+
+    statements: list[int] = []
+    real = ingest.search.current_chunks_sql
+
+    def counted(kb: str, part: list[str]) -> tuple[str, list[str]]:
+        statements.append(len(part))
+        return real(kb, part)
+
+    monkeypatch.setattr(ingest.search, "current_chunks_sql", counted)
+    every = [f"{i:032x}" for i in range(3000)]
+    assert _current(kb_id, every) == set(every[100:2900])
+    assert statements == [1000, 1000, 1000]
 
 
 def test_k_over_the_cap_is_refused(settings, capsys):
@@ -264,6 +278,34 @@ def test_the_fields_every_search_filters_on_are_indexed(settings, embedder, tmp_
         vectors.close_all()  # another process opens it: loads it as it is, indexes unchanged
         store = vectors.use(settings.replace(vector_store=f"milvus:///{tmp_path}/scalar.db"))
         query = embedder.encode(["lava"])[0]
+        assert [c for c, _ in store.search(kb, query, 1)] == [stored[0]]
+        assert _indexes(store, kb) == {"vector": "HNSW", "tenant_id": "INVERTED", "kb_id": "INVERTED"}
+    finally:
+        vectors.close_all()
+
+
+def test_a_collection_gets_the_indexes_it_lacks_only_before_a_load(settings, embedder, tmp_path):  # noqa: F811
+    """A collection made without the scalar indexes (by an earlier version): loaded, it is used
+    as it is (a 2.3 server will not reload one whose indexes changed while it was loaded); not
+    loaded (released, or another process's new one), its missing indexes are made before the
+    load."""
+    from ingest.milvus import HNSW_PARAMS, collection_name, collection_schema
+
+    store = vectors.use(settings.replace(vector_store=f"milvus:///{tmp_path}/old.db"))
+    try:
+        client = store._call(lambda c: c)  # type: ignore[attr-defined]
+        name = collection_name(embedder.dim, embedder.identity)
+        client.create_collection(name, schema=collection_schema(embedder.dim))
+        params = client.prepare_index_params()
+        params.add_index(field_name="vector", index_type="HNSW", metric_type="IP", params=HNSW_PARAMS)
+        client.create_index(name, params)
+        client.load_collection(name)
+        kb_id, stored = _tenant_chunks("tenant-a", embedder, ["Volcanoes erupt lava and ash.", "Tides."])
+        kb, query = _kb_ref(kb_id), embedder.encode(["lava"])[0]
+        assert [c for c, _ in store.search(kb, query, 1)] == [stored[0]]
+        assert _indexes(store, kb) == {"vector": "HNSW"}  # loaded: left so
+        client.release_collection(name)
+        store._known.clear()  # type: ignore[attr-defined]  # as a process that has not used it yet
         assert [c for c, _ in store.search(kb, query, 1)] == [stored[0]]
         assert _indexes(store, kb) == {"vector": "HNSW", "tenant_id": "INVERTED", "kb_id": "INVERTED"}
     finally:
