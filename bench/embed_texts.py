@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/embed_texts.py TEXTS OUT.npy [--backend onnx-int8] [--window 4096]
 
-Each line is one text, embedded by the project's encoder for ``--backend`` (the settings'
+Each line (split at newlines only) is one text, embedded by the project's encoder for ``--backend`` (the settings'
 ``INGEST_EMBEDDING_MODEL``; ``onnx-int8`` needs ``ingest model export --int8`` first, and encodes
 short texts about 2x faster than torch here) into row ``i`` of ``OUT.npy`` (float32, normalised,
 in the file's order). The file is written in place as it goes (a memory-mapped ``.npy``) and a
@@ -36,7 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=int, default=4096, help="texts per encode call")
     args = parser.parse_args(argv)
 
-    texts = args.texts.read_text(encoding="utf-8").splitlines()
+    texts = args.texts.read_text(encoding="utf-8").split("\n")  # newlines only, as `wc -l` counts
+    if texts and not texts[-1]:
+        texts.pop()
     settings = Settings.from_env({**os.environ, "INGEST_EMBEDDING_BACKEND": args.backend})
     encoder = backend_encoder(settings)
     done_file = args.out.with_name(args.out.name + ".done")
@@ -57,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
         out[done:end] = encoder.encode(texts[done:end], 128, max_tokens=8192)
         out.flush()
         done = end
-        done_file.write_text(str(done))
+        partial = done_file.with_name(done_file.name + ".tmp")
+        partial.write_text(str(done))
+        os.replace(partial, done_file)  # a run stopped mid-write leaves the old count whole
         rate = (done - first) / (time.perf_counter() - start)
         print(f"{done:,} / {len(texts):,}  {rate:,.0f} texts/s", flush=True)
     return 0

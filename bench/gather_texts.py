@@ -4,7 +4,8 @@
 
 Reads the text files under each ``DIR`` (default: the Python installs and ``/usr/share``):
 ``*.py``, ``*.md``, ``*.txt``, ``*.rst``, ``*.html``, ``*.c``, ``*.h``. Each line is stripped
-of surrounding spaces and of leading comment marks (``#``, ``*``, ``/``, ``-``, ``>``) and kept
+of surrounding spaces, of leading comment marks (``#``, ``*``, ``/``, ``-``, ``>``) and of
+surrounding quotes (a one-line docstring's), and kept
 if it is 40-300 characters long. Lines that read as prose (at least 7 words, at least 90 %
 letters and spaces: comments, docstrings, documentation) come first; the rest are drawn from
 the other lines, up to ``--lines`` in all (each draw with a fixed seed); the result is shuffled with the
@@ -41,7 +42,7 @@ def candidate_lines(dirs: Iterable[Path]) -> Iterator[str]:
                 except OSError:
                     continue
                 for raw in text.splitlines():
-                    line = raw.strip().lstrip("#*/-> ").strip()
+                    line = raw.strip().lstrip("#*/-> ").strip().strip("\"'").strip()
                     if 40 <= len(line) <= 300:
                         yield line
 

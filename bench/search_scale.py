@@ -17,9 +17,10 @@ off; the mysql backend gets at most 10 of them above 100k chunks (a search there
 ``--vectors FILE.npy``: real embeddings (``bench/embed_texts.py`` makes them from a file of
 texts): the first N rows are the chunks, the last ``--queries`` rows the queries (texts never
 stored, as a user's question is not one of the chunks). ``--keep`` leaves the last size's rows and
-server collection in place after the run; ``--reuse`` then skips writing them again when the
-database and the server already hold exactly N (a 1M load and its index take most of an hour on
-2 cores), and measures at once.
+server collections in place after the run; ``--reuse`` (one size; it keeps them too) then skips
+writing again what the database and each server already hold of that size (the same count, and
+in the database the same first and last vectors), and measures at once: a 1M load and its
+index take 10-50 minutes on 2 cores, and a server's compaction goes on for as long again.
 
 ``--backends``: ``mysql``, ``milvus-lite`` (the default pair) and ``NAME=URL`` for any
 ``INGEST_VECTOR_STORE`` URL, e.g. ``milvus=http://127.0.0.1:19530`` for a Milvus server. On a
@@ -128,14 +129,40 @@ def wait_indexed(url: str, dim: int, rows: int) -> float:
         client.close()
 
 
-def filled(db_url: str, kb: vectors.KbRef, size: int) -> bool:
-    """Whether the database already holds the bench's knowledge base with exactly ``size`` rows."""
+def filled(db_url: str, kb: vectors.KbRef, matrix: np.ndarray) -> bool:
+    """Whether the database already holds the bench's knowledge base as ``matrix`` would write
+    it: as many rows, and its first and last rows' vectors equal to the matrix's."""
     try:
         init_database(db_url)
         with unit():
-            return ChunkRow.select().where(ChunkRow.kb_id == kb.kb_id).count() == size
-    except Exception:  # noqa: BLE001 - no schema yet: nothing to reuse
+            if ChunkRow.select().where(ChunkRow.kb_id == kb.kb_id).count() != len(matrix):
+                return False
+            ends = {0, len(matrix) - 1}
+            stored = dict(
+                ChunkRow.select(ChunkRow.id, ChunkRow.vector)
+                .where(ChunkRow.id.in_([f"{i:032x}" for i in ends]))
+                .tuples()
+            )
+    except Exception:  # noqa: BLE001 - no database or schema yet: nothing to reuse
         return False
+    return all(bytes(stored.get(f"{i:032x}") or b"") == matrix[i].tobytes() for i in ends)
+
+
+def server_rows(url: str, dim: int) -> int:
+    """The rows of the bench's collection on a Milvus server (-1: no collection)."""
+    from pymilvus import MilvusClient
+
+    from ingest.milvus import collection_name
+
+    client = MilvusClient(uri=url)
+    try:
+        name = collection_name(dim, MODEL)
+        if not client.has_collection(name):
+            return -1
+        rows = client.query(name, filter="", output_fields=["count(*)"], consistency_level="Strong")
+        return int(rows[0]["count(*)"]) if rows else 0
+    finally:
+        client.close()
 
 
 def synthetic(n: int, dim: int, seed: int = 7) -> np.ndarray:
@@ -208,7 +235,7 @@ def run(
 
     ``real``: the ``--vectors`` matrix (chunks first, the queries its last ``n_queries`` rows);
     ``keep`` leaves the rows and the server collections; ``reuse`` measures what a kept run left
-    where it holds exactly ``size`` rows (an insert rate of 0 is printed for what was not written)."""
+    where it holds this ``size``'s rows (an insert rate of 0 is printed for what was not written)."""
     from tests.conftest import _drop_database
 
     measured: list[dict[str, object]] = []
@@ -217,35 +244,34 @@ def run(
     folder = tempfile.mkdtemp(prefix="bench-milvus-")
     chosen = parse_backends(backends, folder)
     servers = [url for _, url in chosen if is_server(url)]
-    reusing = reuse and filled(db_url, kb, size)
+    if real is None:
+        matrix = synthetic(size, dim)
+        rng = np.random.default_rng(11)
+        picks = matrix[rng.integers(0, size, n_queries)] + 0.2 * rng.standard_normal((n_queries, dim)).astype(
+            np.float32
+        )
+        queries = picks / np.linalg.norm(picks, axis=1, keepdims=True)
+    else:
+        matrix = np.ascontiguousarray(real[:size])
+        queries = np.ascontiguousarray(real[len(real) - n_queries :])
+    reusing = reuse and filled(db_url, kb, matrix)
     if reuse and not reusing:
-        print(f"{size:>9,} --reuse: the database does not hold {size:,} rows; writing them", flush=True)
+        print(f"{size:>9,} --reuse: the database does not hold these {size:,} rows; writing them", flush=True)
+    reused: set[str] = set()  # the servers whose collection a kept run left whole
+    for url in servers:
+        if reusing and server_rows(url, dim) == size:
+            reused.add(url)
+        else:
+            drop_bench_collection(url, dim)
     if not reusing:
         _drop_database(db_url)
-        for url in servers:
-            drop_bench_collection(url, dim)
         init_schema(db_url)
     try:
-        if real is None:
-            matrix = synthetic(size, dim)
-            rng = np.random.default_rng(11)
-            picks = matrix[rng.integers(0, size, n_queries)] + 0.2 * rng.standard_normal(
-                (n_queries, dim)
-            ).astype(np.float32)
-            queries = picks / np.linalg.norm(picks, axis=1, keepdims=True)
-        else:
-            matrix, queries = (
-                np.ascontiguousarray(real[:size]),
-                np.ascontiguousarray(real[len(real) - n_queries :]),
-            )
         exact = [[f"{i:032x}" for i in np.argsort(-(matrix @ q), kind="stable")[:10]] for q in queries]
         rows_rate = 0.0 if reusing else fill_rows(kb, matrix)
         for name, url in chosen:
             store = vectors.use(settings.replace(vector_store=url))
-            if store.exact or (reusing and is_server(url) and store.count(kb) == size):
-                rate = rows_rate
-            else:
-                rate = fill_engine(store, kb, matrix)
+            rate = rows_rate if store.exact or url in reused else fill_engine(store, kb, matrix)
             if is_server(url):
                 waited = wait_indexed(url, dim, size)
                 print(
@@ -325,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(
                 f"{args.vectors} holds {len(real):,} vectors: fewer than {max(sizes):,} + {args.queries}"
             )
+    if args.reuse and len(sizes) != 1:
+        raise SystemExit("--reuse measures one size (what a --keep run of that size left)")
     efs = tuple(int(e) for e in args.ef.split(",") if e.strip())
     if args.plot:
         from bench import plots  # before the run: a missing matplotlib fails at once
@@ -340,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
             args.backends,
             efs,
             real=real,
-            keep=args.keep and last,
+            keep=(args.keep or args.reuse) and last,
             reuse=args.reuse,
         )
     if args.plot:

@@ -18,15 +18,10 @@ def test_gather_keeps_distinct_prose_first_then_other_lines(tmp_path):
     )
     (tmp_path / "a" / "skip.bin").write_text(PROSE + " and more words here\n")
     (tmp_path / "b.py").write_text('"""Workers renew their lease every ten seconds while they run."""\n')
+    docstring = "Workers renew their lease every ten seconds while they run."
     found = gather_texts.gather([tmp_path], lines=10)
-    assert sorted(found) == sorted(
-        [
-            PROSE,
-            "x = compute_the_value(alpha, beta, gamma_delta)",
-            '"""Workers renew their lease every ten seconds while they run."""',
-        ]
-    )
-    assert gather_texts.gather([tmp_path], lines=1) == [PROSE]  # prose first
+    assert sorted(found) == sorted([PROSE, docstring, "x = compute_the_value(alpha, beta, gamma_delta)"])
+    assert sorted(gather_texts.gather([tmp_path], lines=2)) == sorted([PROSE, docstring])  # prose first
     assert gather_texts.gather([tmp_path], lines=10) == found  # the same seed, the same order
 
 
@@ -39,11 +34,15 @@ def test_embed_texts_writes_each_line_s_vector_and_resumes(tmp_path, embedder): 
     vectors = np.load(out)
     assert vectors.shape == (5, embedder.dim)
     assert float(np.min(np.sum(vectors * expected, axis=1))) > 0.9999
-    # a stopped run resumes after its last finished window
+    # a stopped run resumes after its last finished window: the rows before it are not redone
     written = np.load(out, mmap_mode="r+")
+    written[:2] = 7.0
     written[2:] = 0
     written.flush()
     del written
     out.with_name("vectors.npy.done").write_text("2")
     assert embed_texts.main([str(source), str(out), "--backend", "torch", "--window", "2"]) == 0
-    assert float(np.min(np.sum(np.load(out) * expected, axis=1))) > 0.9999
+    resumed = np.load(out)
+    assert (resumed[:2] == 7.0).all()
+    assert float(np.min(np.sum(resumed[2:] * expected[2:], axis=1))) > 0.9999
+    assert out.with_name("vectors.npy.done").read_text() == "5"
