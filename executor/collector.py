@@ -6,14 +6,14 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import redis
 import trio
 
 from db.config import Settings
-from db.database import RETRYABLE_DB_ERRORS, connection
+from db.database import RETRYABLE_DB_ERRORS, connection, is_mysql
 from db.gate import Gate
 from db.keys import Keys
 from db.redis_client import on_node_of
@@ -81,6 +81,35 @@ def _entries(resp: Any) -> list[Entry]:
     return [
         decode_entry(stream, eid, _pairs(fields)) for stream, items in resp or [] for eid, fields in items
     ]
+
+
+def _open_early() -> contextlib.ExitStack | None:
+    """On MySQL, a pooled connection with a transaction begun, to be used after a read that may
+    block; None elsewhere (SQLite's BEGIN IMMEDIATE would hold the write lock through the read)
+    or when the database does not answer now (the hop connects after its read, as before)."""
+    if not is_mysql():
+        return None
+    stack = contextlib.ExitStack()
+    try:
+        db = stack.enter_context(connection())
+        stack.enter_context(db.atomic())
+    except RETRYABLE_DB_ERRORS:
+        _end_unused(stack)
+        return None
+    return stack
+
+
+def _end_unused(stack: contextlib.ExitStack) -> None:
+    """End an early transaction nothing used (the read found nothing, or failed): commit its
+    nothing and give the connection back; a broken connection is the next user's concern."""
+    with contextlib.suppress(*RETRYABLE_DB_ERRORS):
+        stack.close()
+
+
+@contextlib.contextmanager
+def _transaction() -> Iterator[None]:
+    with connection() as db, db.atomic():
+        yield
 
 
 class Collector:
@@ -207,16 +236,37 @@ class Collector:
         COMMIT, so the next read overlaps this commit. Every write of a run is fenced by its
         claim's attempt: nothing of it lands before that commit (the row locks make it wait),
         nor at all if the commit fails (the run is then stopped as lost).
+
+        On MySQL the transaction is opened before the read, which may block on an idle
+        executor: the pool's ping and the BEGIN are then not between a task's arrival and its
+        start (an empty transaction holds no lock and no snapshot until its first statement).
+        If that first use finds the connection broken meanwhile, the batch comes back
+        "unstarted" and the trio side validates it again on a fresh connection, as after any
+        validation that failed.
+
         Returns (entries, plan, state, error); state "committed", "unstarted" (validation
         failed: the trio side validates again) or "failed" (the commit failed after the start).
         """
-        entries = self.read_new(free)
+        early = _open_early()
+        try:
+            entries = self.read_new(free)
+        except BaseException:
+            if early is not None:
+                _end_unused(early)
+            raise
         if not entries:
+            if early is not None:
+                _end_unused(early)
             return None
+        return self._claim(entries, handed, early)
+
+    def _claim(
+        self, entries: list[Entry], handed: trio.Event, early: contextlib.ExitStack | None
+    ) -> tuple[list[Entry], ClaimPlan | None, str, BaseException | None]:
         rules = self.rules()  # after the read, which may have blocked: what runs here now
         plan, started = None, False
         try:
-            with connection() as db, db.atomic():
+            with early or _transaction():
                 plan = validate_and_claim(entries, rules, nested=True)
                 trio.from_thread.run_sync(self._start, entries, plan, handed)
                 started = True
