@@ -20,7 +20,9 @@ With ``--compare-observability`` it prints instead the drain rate with metrics a
 (``INGEST_METRICS_PORT`` served and scraped every second, spans recorded by the OpenTelemetry SDK
 and batched to an exporter that drops them: ``bench.traced_executor``) beside the rate with both
 off, ``--runs`` interleaved runs each way (the order alternating, after one warm-up run), and
-the medians, with the executor's CPU time a task (from its first heartbeat to the last task's end).
+the medians, with the executor's CPU time a task (from its first heartbeat to the last task's end);
+then each run's "on" over its own "off" and the median of those (the pair ran back to back, so a
+machine drifting over the minutes moves both).
 ``--observe metrics`` or ``--observe tracing`` turns on only one of them; ``--trace-ratio R``
 traces only that share of tasks (``INGEST_TRACE_RATIO``) in the traced runs.
 With ``--compare-fairness`` it prints the drain rate through the fair gate (``db.gate``) with one
@@ -61,6 +63,7 @@ from pathlib import Path
 
 import orjson
 
+from bench import observe_cost
 from db.config import Settings
 from db.database import close_database, init_database, unit
 from db.keys import Keys
@@ -362,6 +365,27 @@ def compare_observability(
         f"on / off: drain {on / off:.3f} ({(on / off - 1) * 100:+.1f} %), CPU a task {cpu_on / cpu_off:.3f} "
         f"({(cpu_on / cpu_off - 1) * 100:+.1f} %, {cpu_on - cpu_off:+.0f} µs); N={n}, {runs} interleaved runs each way"
     )
+    paired = paired_ratios(rates[True], rates[False])
+    listed = ", ".join(f"{x:.3f}" for x in paired)
+    print(
+        f"on / off, run by run: median {statistics.median(paired):.3f} "
+        f"({(statistics.median(paired) - 1) * 100:+.1f} %)   ({listed})"
+    )
+    costs = observe_cost.measure(observe, trace_ratio)
+    for line in costs.lines():
+        print(line)
+    extra = costs.per_task_us(observe, off)
+    print(
+        f"predicted: +{extra:.1f} µs CPU a task, {extra / cpu_off * 100:.1f} % of the executor's {cpu_off:.0f}"
+        " (the drain loses at most that share where the executor's CPU bounds it)"
+    )
+
+
+def paired_ratios(on: list[float], off: list[float]) -> list[float]:
+    """Each run's "on" figure over the "off" figure of the same run (the two drains next to each
+    other in time): a machine that slows down or speeds up over the runs moves both alike, so
+    their ratio's median is steadier than the ratio of the two medians."""
+    return [a / b for a, b in zip(on, off, strict=True)]
 
 
 FAIR_MODES = ("plain", "1 tenant", "many tenants", "1 tenant at cap")
