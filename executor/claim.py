@@ -91,6 +91,7 @@ class ClaimPlan:
     notes: list[Note] = field(default_factory=list)
     deferred: list[Entry] = field(default_factory=list)  # left pending, looked at again soon
     held: list[str] = field(default_factory=list)  # task types of the tasks a strike held
+    read_rows: bool = False  # a statement ran (False: every message malformed, no row looked at)
 
     def ack(self, entry: Entry, task_id: str, why: str, extra: dict[str, Any]) -> None:
         self.acks.append(AckItem(entry.stream, entry.entry_id, task_id))
@@ -200,6 +201,7 @@ def validate_and_claim(entries: Sequence[Entry], rules: ClaimRules, *, nested: b
         except BadMessage as exc:
             plan.dead(entry, _loose_id(entry.raw), str(exc))
     rows = fetch_rows(sorted({m["id"] for _, m in good}))
+    plan.read_rows = bool(good)
     live = _live_owners(good, rows, rules)
     newest: dict[str, Entry] = {}  # a task's newest entry carries its current message
     for entry, m in good:

@@ -86,16 +86,18 @@ def _entries(resp: Any) -> list[Entry]:
 def _open_early() -> contextlib.ExitStack | None:
     """On MySQL, a pooled connection with a transaction begun, to be used after a read that may
     block; None elsewhere (SQLite's BEGIN IMMEDIATE would hold the write lock through the read)
-    or when the database does not answer now (the hop connects after its read, as before)."""
+    or when the checkout or the BEGIN failed (the hop connects after its read, as before)."""
     if not is_mysql():
         return None
     stack = contextlib.ExitStack()
     try:
         db = stack.enter_context(connection())
         stack.enter_context(db.atomic())
-    except RETRYABLE_DB_ERRORS:
+    except BaseException as exc:
         _end_unused(stack)
-        return None
+        if isinstance(exc, RETRYABLE_DB_ERRORS):
+            return None
+        raise
     return stack
 
 
@@ -237,17 +239,21 @@ class Collector:
         claim's attempt: nothing of it lands before that commit (the row locks make it wait),
         nor at all if the commit fails (the run is then stopped as lost).
 
-        On MySQL the transaction is opened before the read, which may block on an idle
+        On MySQL the transaction is begun before the read, which may block on an idle
         executor: the pool's ping and the BEGIN are then not between a task's arrival and its
-        start (an empty transaction holds no lock and no snapshot until its first statement).
-        If that first use finds the connection broken meanwhile, the batch comes back
-        "unstarted" and the trio side validates it again on a fresh connection, as after any
-        validation that failed.
+        start. The empty transaction holds no lock and no snapshot until its first statement,
+        but the server sees it open: a MariaDB ``idle_transaction_timeout`` shorter than the
+        read's block (2 s) ends it, and the batch then takes the path below. A first statement
+        that finds the connection broken (killed, timed out, the server restarted) brings the
+        batch back "unstarted", and the trio side validates it again on a fresh connection, as
+        after any validation that failed; a batch that needed no statement (every message
+        malformed) does not care that its empty transaction could not commit. While a database
+        outage is known, or the collector stops, the hop connects after its read, as before.
 
         Returns (entries, plan, state, error); state "committed", "unstarted" (validation
         failed: the trio side validates again) or "failed" (the commit failed after the start).
         """
-        early = _open_early()
+        early = None if self.db_outage.active or self.stopping else _open_early()
         try:
             entries = self.read_new(free)
         except BaseException:
@@ -263,16 +269,18 @@ class Collector:
     def _claim(
         self, entries: list[Entry], handed: trio.Event, early: contextlib.ExitStack | None
     ) -> tuple[list[Entry], ClaimPlan | None, str, BaseException | None]:
-        rules = self.rules()  # after the read, which may have blocked: what runs here now
         plan, started = None, False
         try:
             with early or _transaction():
-                plan = validate_and_claim(entries, rules, nested=True)
+                # the rules after the read, which may have blocked: what runs here now
+                plan = validate_and_claim(entries, self.rules(), nested=True)
                 trio.from_thread.run_sync(self._start, entries, plan, handed)
                 started = True
         except OwnTransactionNeeded:  # rolled back: the trio side validates the batch again
             return entries, None, "unstarted", None
         except (*RETRYABLE_DB_ERRORS, *RETRYABLE_REDIS_ERRORS) as exc:
+            if started and plan is not None and not plan.read_rows:
+                return entries, plan, "committed", None  # nothing was in the transaction
             return entries, plan, "failed" if started else "unstarted", exc
         return entries, plan, "committed", None
 

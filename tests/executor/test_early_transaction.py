@@ -6,45 +6,73 @@ read blocked costs neither a task nor an outage: the batch is validated again on
 from __future__ import annotations
 
 import functools
+import time
 
 import trio
+from pymysql.constants import SERVER_STATUS
 
-from db.database import connection, unit
+from db.database import connection, database, unit
 from db.models import DONE, Task
 from tests.executor.support import all_in, enqueue, running_daemon, statuses, task_spec
 from tests.helpers import await_until
 
 
-def _kill_other_connections(database_name: str) -> int:
-    """KILL every connection to the test database but the one asking: the executor's early
-    transaction among them (and this process's idle pooled ones, which reconnect on checkout)."""
-    with connection() as db:
-        ids = [
-            r[0]
-            for r in db.execute_sql(
-                "SELECT id FROM information_schema.PROCESSLIST WHERE db = %s AND id <> CONNECTION_ID()",
-                (database_name,),
-            ).fetchall()
-        ]
-        for pid in ids:
-            db.execute_sql(f"KILL {int(pid)}")
-    return len(ids)
+def _in_transaction() -> set[int]:
+    """Server ids of the pool's checked-out connections with a transaction open (the pool is
+    this process's: the daemon runs in it)."""
+    out = set()
+    for held in list(database.obj._in_use.values()):
+        conn = held.connection
+        if conn.open and conn.server_status & SERVER_STATUS.SERVER_STATUS_IN_TRANS:
+            out.add(conn.thread_id())
+    return out
+
+
+def _kill_the_early_connection() -> int:
+    """KILL the connection the idle collector holds through its read: one seen checked out with
+    a transaction open twice, 50 ms apart (other transactions here last a few ms)."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        first = _in_transaction()
+        time.sleep(0.05)
+        steady = first & _in_transaction()
+        if steady:
+            (pid, *_) = sorted(steady)
+            with connection() as db:
+                db.execute_sql(f"KILL {int(pid)}")
+            return pid
+    raise AssertionError("no connection held in a transaction through the idle read")
 
 
 async def test_connection_killed_during_the_read_is_replaced_without_an_outage(xsettings, streams, db):
-    name = xsettings.db_url.rsplit("/", 1)[1]
     async with running_daemon(xsettings, "host_1") as daemon:
         first = enqueue(streams, [task_spec("noop")])
         await await_until(lambda: all_in(first, DONE), 10)
         ids = []
         for _ in range(3):
-            await trio.sleep(0.3)  # the next read is blocked, its transaction begun
-            assert await trio.to_thread.run_sync(_kill_other_connections, name) >= 1
+            await trio.to_thread.run_sync(_kill_the_early_connection)
             task = enqueue(streams, [task_spec("noop")])
             ids += task
             await await_until(functools.partial(all_in, task, DONE), 10)
         assert daemon.db_outage.outages == 0 and daemon.db_outage.failures == 0
     assert set(statuses(ids).values()) == {DONE}
+
+
+async def test_a_malformed_batch_on_a_killed_connection_is_dead_lettered_without_an_outage(
+    xsettings, streams, rclient, keys, db
+):
+    """No statement runs for a batch of malformed messages: its empty transaction's COMMIT is
+    the connection's first use, and its failing changes nothing."""
+    async with running_daemon(xsettings, "host_1") as daemon:
+        first = enqueue(streams, [task_spec("noop")])
+        await await_until(lambda: all_in(first, DONE), 10)
+        await trio.to_thread.run_sync(_kill_the_early_connection)
+        rclient.xadd(keys.queue(0), {"message": "{not json"})
+        rclient.xadd(keys.notify, {"w": "1"}, maxlen=1)  # wake the blocked read, as a publish does
+        await await_until(lambda: rclient.xlen(keys.dead) == 1, 10)
+        assert daemon.db_outage.outages == 0 and daemon.db_outage.failures == 0
+    (_, fields), *_ = rclient.xrange(keys.dead)
+    assert "not JSON" in fields["reason"]
 
 
 async def test_an_idle_executor_does_not_hold_up_ddl(xsettings, streams, db):
