@@ -32,6 +32,7 @@ ORPHAN_CHECK_S = 30.0  # also after every Redis outage: entries pending under us
 ORPHAN_SCAN_MAX = 1000
 DEFER_RECHECK_S = 2.0  # how soon a deferred entry is looked at again
 DISPATCH_ROUNDS_MAX = 8  # dispatch calls in a row while at-cap tenants are being parked
+HOPS_STOP_WAIT_S = 5.0  # at a stop, for hops still in I/O a stop cannot wake (a stalled database)
 
 # For entries pending under this consumer: their fields, only while still pending and ours.
 # XCLAIM to ourselves (no JUSTID) counts the re-read as a delivery, so the cap bounds it.
@@ -114,6 +115,11 @@ def _transaction() -> Iterator[None]:
         yield
 
 
+class HopGivenUp(Exception):
+    """Raised into a hop's thread that comes back after the stop gave up on it: its claim rolls
+    back, and nothing of it starts."""
+
+
 class Collector:
     """The read loop; every batch it reads is validated, claimed and handed to runners."""
 
@@ -151,6 +157,8 @@ class Collector:
         self._last_wake = "0-0"  # the newest wake-up seen by the last dispatch
         self._reader_id: int | None = None
         self.stopping = False
+        self._hops: set[trio.CancelScope] = set()  # one per hop in flight
+        self._hops_given_up = False
         self.taken_over = trio.Event()  # set once the start-up takeover is done (the sweeper waits)
         self.reads = 0
         self._last_orphan_check = time.monotonic()
@@ -174,17 +182,41 @@ class Collector:
             handed = trio.Event()
             self.background(self._hop, free, handed)
             await handed.wait()
-        for _ in range(MAX_CLAIMS_IN_FLIGHT):  # every hop has settled
+        for _ in range(MAX_CLAIMS_IN_FLIGHT):  # every hop has settled, or was given up
             await self._in_flight.acquire()
 
+    async def _give_up_hops_after(self, delay_s: float) -> None:
+        """A stop's bound on the hops in flight: those whose thread is still blocked after
+        ``delay_s`` are given up. A stalled database answers no statement until the read
+        timeout (60 s by default), and a stop cannot wake that as it wakes the Redis read. Their
+        threads run on unwatched: what they read stays pending under this consumer (taken over
+        at the next start, or reclaimed once its lease lapses), and a claim that comes back
+        later rolls back (:class:`HopGivenUp`): as a SIGKILL at that moment would, and the kill
+        tests show that loses nothing."""
+        await trio.sleep(delay_s)
+        if not self._hops:
+            return
+        self._hops_given_up = True
+        log.warning(
+            "stopping without %d read-and-claim hop(s) still waiting on the database or Redis after %g s;"
+            " what they read stays pending",
+            len(self._hops),
+            HOPS_STOP_WAIT_S,
+        )
+        for scope in self._hops:
+            scope.cancel()
+
     async def _hop(self, free: int, handed: trio.Event) -> None:
-        try:
-            read = await self._redis(self.read_and_claim, free, handed)
-            if read:
-                await self._settle(*read)
-        finally:
-            handed.set()
-            self._in_flight.release()
+        with trio.CancelScope() as scope:
+            self._hops.add(scope)
+            try:
+                read = await self._redis(self.read_and_claim, free, handed, abandon_on_cancel=True)
+                if read:
+                    await self._settle(*read)
+            finally:
+                self._hops.discard(scope)
+                handed.set()
+                self._in_flight.release()
 
     def stop(self) -> None:
         """Stop reading; a blocked read is woken at once (CLIENT UNBLOCK, in a thread: while
@@ -193,6 +225,7 @@ class Collector:
         self.book.stop_reading()
         if self._reader_id is not None:
             self.background(self._unblock, self._reader_id)
+        self.background(self._give_up_hops_after, HOPS_STOP_WAIT_S)
 
     async def _unblock(self, reader_id: int) -> None:
         client = self.streams.client
@@ -205,11 +238,11 @@ class Collector:
     def close(self) -> None:
         self.reader.close()
 
-    async def _redis(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def _redis(self, fn: Callable[..., Any], *args: Any, abandon_on_cancel: bool = False) -> Any:
         """A Redis call in a thread, through outages: back off, reconnect, and report once."""
         while True:
             try:
-                result = await self.limiters.redis(fn, *args)
+                result = await self.limiters.redis(fn, *args, abandon_on_cancel=abandon_on_cancel)
             except RETRYABLE_REDIS_ERRORS as exc:
                 self._reader_id = None
                 self._last_orphan_check = 0.0  # after an outage: compare XPENDING with what we hold
@@ -286,6 +319,8 @@ class Collector:
 
     def _start(self, entries: list[Entry], plan: ClaimPlan, handed: trio.Event) -> None:
         """In the trio thread, while the claim commits: hold the entries, start the runners."""
+        if self._hops_given_up:  # the stop went on without this hop: nothing starts after it
+            raise HopGivenUp
         self.book.hold(entries)
         self.book.release(len(entries) - len(plan.claimed))
         self._defer(plan)
@@ -315,7 +350,10 @@ class Collector:
 
     def read_new(self, free: int) -> list[Entry]:
         """New entries through the fair gate (:mod:`db.gate`), high priority first, never more
-        than ``free``; when nothing is admitted, block ≤ 2 s on the wake-up stream, then try once more."""
+        than ``free``; when nothing is admitted, block ≤ 2 s on the wake-up stream, then try once more.
+        Nothing once stopping (a stop may come while the early transaction's BEGIN waits)."""
+        if self.stopping:
+            return []
         if self._reader_id is None:
             self._reader_id = int(self.reader.client_id(**on_node_of(self.reader, self.keys.notify)))
         out = self._dispatch(free)
@@ -467,7 +505,10 @@ class Collector:
     async def _validate(self, entries: list[Entry]) -> ClaimPlan | None:
         while True:
             try:
-                plan = await self.limiters.db_connection(validate_and_claim, entries, self.rules())
+                # abandoned on a cancel (a stop that gave up on its hop): see _give_up_hops
+                plan = await self.limiters.db_connection(
+                    validate_and_claim, entries, self.rules(), abandon_on_cancel=True
+                )
             except RETRYABLE_DB_ERRORS as exc:
                 await self.db_outage.backoff(exc)
                 if self.stopping:

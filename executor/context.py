@@ -44,18 +44,25 @@ class Limiters:
 
         return await trio.to_thread.run_sync(work, limiter=self.db_limiter)
 
-    async def db_connection(self, fn: Callable[..., T], *args: Any) -> T:
+    async def db_connection(self, fn: Callable[..., T], *args: Any, abandon_on_cancel: bool = False) -> T:
         """Run ``fn(*args)`` in a thread on one pooled connection, statements autocommitting;
-        for a unit whose only write is one statement (``fn`` opens ``atomic()`` where it needs)."""
+        for a unit whose only write is one statement (``fn`` opens ``atomic()`` where it needs).
+        ``abandon_on_cancel``: a cancel returns at once, the thread runs on unwatched (for a call
+        whose outcome the caller can afford to lose, as a SIGKILL would)."""
 
         def work() -> T:
             with connection():
                 return fn(*args)
 
-        return await trio.to_thread.run_sync(work, limiter=self.db_limiter)
+        return await trio.to_thread.run_sync(
+            work, limiter=self.db_limiter, abandon_on_cancel=abandon_on_cancel
+        )
 
-    async def redis(self, fn: Callable[..., T], *args: Any) -> T:
-        return await trio.to_thread.run_sync(fn, *args, limiter=self.redis_limiter)
+    async def redis(self, fn: Callable[..., T], *args: Any, abandon_on_cancel: bool = False) -> T:
+        """Run ``fn(*args)`` in a thread (``abandon_on_cancel`` as for :meth:`db_connection`)."""
+        return await trio.to_thread.run_sync(
+            fn, *args, limiter=self.redis_limiter, abandon_on_cancel=abandon_on_cancel
+        )
 
 
 @dataclass

@@ -115,7 +115,11 @@ class Reconciler:
     async def reconcile_once(self) -> ReconcileReport | None:
         """One pass in a thread; None when another executor holds the lock or a service failed."""
         try:
-            report = await trio.to_thread.run_sync(self.reconcile, limiter=self.limiters.db_limiter)
+            # abandoned on a cancel: a stop does not wait out a stalled database's read timeout
+            # for a pass that is only ever repeated (its lock lapses with its TTL)
+            report = await trio.to_thread.run_sync(
+                self.reconcile, limiter=self.limiters.db_limiter, abandon_on_cancel=True
+            )
         except RETRYABLE_DB_ERRORS as exc:
             self.db_outage.failed(exc)
             return None

@@ -71,7 +71,8 @@ class StrikeBook:
     async def _reload(self, version: int | None) -> float:
         """Load the rules; returns 0, or how long to back off when the database did not answer."""
         try:
-            rules = await self.limiters.db_connection(self._load_rules)
+            # a read: abandoned on a cancel (a stop while the database stalls, at start-up too)
+            rules = await self.limiters.db_connection(self._load_rules, abandon_on_cancel=True)
         except RETRYABLE_DB_ERRORS as exc:
             return self.db_outage.failed(exc)
         self.db_outage.ok()

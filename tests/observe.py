@@ -93,7 +93,10 @@ def promtool_check_metrics(text: str) -> subprocess.CompletedProcess[str]:
 
 class TcpProxy:
     """Forwards 127.0.0.1:``port`` to ``target``; ``stop()`` closes the port and cuts every
-    connection (a database that went away), ``start()`` opens the same port again."""
+    connection (a database that went away), ``start()`` opens the same port again.
+    ``freeze()`` holds every byte, both ways, of old and new connections without closing any (a
+    network that drops packets: no reset, no refusal, the peer waits for its timeouts);
+    ``thaw()`` delivers what was held and forwards again."""
 
     def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
         self.target = (target_host, target_port)
@@ -101,7 +104,15 @@ class TcpProxy:
         self._listener: socket.socket | None = None
         self._conns: set[socket.socket] = set()
         self._lock = threading.Lock()
+        self._flowing = threading.Event()
+        self._flowing.set()
         self.start()
+
+    def freeze(self) -> None:
+        self._flowing.clear()
+
+    def thaw(self) -> None:
+        self._flowing.set()
 
     def start(self) -> None:
         listener = socket.socket()
@@ -130,6 +141,7 @@ class TcpProxy:
     def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
         try:
             while data := src.recv(65536):
+                self._flowing.wait()
                 dst.sendall(data)
         except OSError:
             pass
@@ -142,6 +154,7 @@ class TcpProxy:
                 self._conns.difference_update((src, dst))
 
     def stop(self) -> None:
+        self._flowing.set()  # a held pipe wakes, finds its socket closed and ends
         if self._listener is not None:
             with contextlib.suppress(OSError):  # wakes the thread blocked in accept()
                 self._listener.shutdown(socket.SHUT_RDWR)

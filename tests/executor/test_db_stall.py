@@ -1,0 +1,140 @@
+"""A database that stops answering without refusing (a proxy that holds every byte: no reset, no
+refusal, the client waits for its read timeout, 60 s by default), then answers again.
+
+An idle executor begins its claim's transaction before its read (``Collector.read_and_claim``),
+so a stall catches it in database I/O a stop cannot wake. A stop gives such a hop up after
+``HOPS_STOP_WAIT_S`` (what it read stays pending, and the next start runs it); a stop during
+start-up does not wait for the strike rules' read. The health check names the database; a task
+submitted during a stall runs once the database answers, after a stall shorter than the read
+timeout on the same connections, and after a longer one through an outage."""
+
+from __future__ import annotations
+
+import time
+
+from db.database import DbUrl
+from db.models import DONE, QUEUED
+from executor.collector import HOPS_STOP_WAIT_S
+from tests.executor.support import all_in, enqueue, task_spec
+from tests.helpers import wait_until
+from tests.observe import TcpProxy, wait_health
+from tests.procs import ExecutorProcess, free_port
+
+
+def _through(db_url: str, port: int, read_timeout_s: float) -> str:
+    u = DbUrl.parse(db_url)
+    return f"mysql://{u.user}@127.0.0.1:{port}/{u.name}?read_timeout={read_timeout_s:g}&connect_timeout=2"
+
+
+def _stalled(xsettings, proxy: TcpProxy, read_timeout_s: float):
+    return xsettings.replace(
+        db_url=_through(xsettings.db_url, proxy.port, read_timeout_s), healthcheck_port=free_port()
+    )
+
+
+def _pending(streams, consumer: str) -> int:
+    keys = streams.keys
+    return sum(
+        c["pending"]
+        for q in keys.queues
+        for c in streams.client.xinfo_consumers(q, keys.group)
+        if c["name"] == consumer
+    )
+
+
+def _wait_running(proc: ExecutorProcess) -> None:
+    """Past its start-up: reading (the heartbeat is written before the last start-up reads)."""
+    proc.wait_ready()
+    assert wait_until(lambda: " ready: task types " in proc.log(), 20), proc.log()
+
+
+def test_an_idle_executor_stops_within_the_bound_while_its_database_is_stalled(xsettings, db, tmp_path):
+    u = DbUrl.parse(xsettings.db_url)
+    with TcpProxy(u.port, u.host) as proxy:
+        settings = _stalled(xsettings, proxy, read_timeout_s=60)
+        with ExecutorProcess(settings, "host_1", tmp_path / "x.log") as proc:
+            _wait_running(proc)
+            wait_health(settings.healthcheck_port, 200)
+            proxy.freeze()
+            wait_health(settings.healthcheck_port, 503, "database")
+            time.sleep(2.5)  # a whole blocking read (2 s) with the database stalled: its COMMIT waits
+            began = time.monotonic()
+            assert proc.stop(timeout_s=30) == 0
+            took = time.monotonic() - began
+        # the hop's BEGIN waits for a 60 s read timeout; the stop gives it up after HOPS_STOP_WAIT_S
+        assert took < HOPS_STOP_WAIT_S + 4, (took, proc.log())
+        assert "stopping without 1 read-and-claim hop(s)" in proc.log()
+
+
+def test_a_task_submitted_while_the_database_is_stalled_runs_once_it_answers(
+    xsettings, streams, db, tmp_path
+):
+    u = DbUrl.parse(xsettings.db_url)
+    with TcpProxy(u.port, u.host) as proxy:
+        settings = _stalled(xsettings, proxy, read_timeout_s=60)
+        with ExecutorProcess(settings, "host_1", tmp_path / "x.log") as proc:
+            _wait_running(proc)
+            warm = enqueue(streams, [task_spec("noop")])
+            assert wait_until(lambda: all_in(warm, DONE), 10)
+            proxy.freeze()
+            ids = enqueue(streams, [task_spec("noop") for _ in range(3)])  # the producer's own path
+            time.sleep(3)
+            assert not all_in(ids, DONE)
+            proxy.thaw()  # the held bytes arrive: the statements waiting on them go on
+            assert wait_until(lambda: all_in(ids, DONE), 15), proc.log()
+            assert proc.stop() == 0
+        assert "database unreachable" not in proc.log()  # a stall shorter than the read timeout
+
+
+def test_a_stall_longer_than_the_read_timeout_is_an_outage_and_loses_nothing(
+    xsettings, streams, db, tmp_path
+):
+    u = DbUrl.parse(xsettings.db_url)
+    with TcpProxy(u.port, u.host) as proxy:
+        settings = _stalled(xsettings, proxy, read_timeout_s=2)
+        with ExecutorProcess(settings, "host_1", tmp_path / "x.log") as proc:
+            _wait_running(proc)
+            proxy.freeze()
+            ids = enqueue(streams, [task_spec("noop") for _ in range(3)])
+            assert wait_until(lambda: "database unreachable" in proc.log(), 15), proc.log()
+            assert not all_in(ids, DONE)
+            proxy.thaw()
+            assert wait_until(lambda: all_in(ids, DONE), 30), proc.log()
+            assert wait_until(lambda: "database back after" in proc.log(), 10), proc.log()
+            assert proc.stop() == 0
+
+
+def test_a_stop_gives_up_a_claim_stuck_on_the_stalled_database_and_the_next_start_runs_it(
+    xsettings, streams, db, tmp_path
+):
+    u = DbUrl.parse(xsettings.db_url)
+    with TcpProxy(u.port, u.host) as proxy:
+        settings = _stalled(xsettings, proxy, read_timeout_s=60)
+        with ExecutorProcess(settings, "host_1", tmp_path / "x.log") as proc:
+            _wait_running(proc)
+            proxy.freeze()
+            ids = enqueue(streams, [task_spec("noop") for _ in range(2)])
+            # read into this consumer's pending list: the hop's claim now waits on the database
+            assert wait_until(lambda: _pending(streams, "host_1") == 2, 10)
+            began = time.monotonic()
+            assert proc.stop(timeout_s=30) == 0
+            assert time.monotonic() - began < HOPS_STOP_WAIT_S + 4
+        assert "stopping without 1 read-and-claim hop(s)" in proc.log()
+    assert all_in(ids, QUEUED)  # the claim never committed
+    with ExecutorProcess(xsettings, "host_1", tmp_path / "y.log") as again:  # its own pending first
+        assert wait_until(lambda: all_in(ids, DONE), 20), again.log()
+        assert again.stop() == 0
+
+
+def test_a_stop_during_start_up_does_not_wait_for_the_stalled_database(xsettings, db, tmp_path):
+    u = DbUrl.parse(xsettings.db_url)
+    with TcpProxy(u.port, u.host) as proxy:
+        proxy.freeze()
+        settings = _stalled(xsettings, proxy, read_timeout_s=60)
+        with ExecutorProcess(settings, "host_1", tmp_path / "x.log") as proc:
+            proc.wait_ready()  # the heartbeat is written; the strike rules' read now waits
+            time.sleep(1)
+            began = time.monotonic()
+            assert proc.stop(timeout_s=30) == 0
+            assert time.monotonic() - began < 4, proc.log()
+        assert " ready: task types " not in proc.log()
