@@ -67,7 +67,7 @@ class CancelWatcher:
         if not attempts:
             return
         try:
-            rows = await self.limiters.db(read_rows, list(attempts))
+            rows = await self.limiters.db(read_rows, list(attempts), abandon_on_cancel=True)  # a read
         except RETRYABLE_DB_ERRORS:
             return
         for tid, attempt in attempts.items():

@@ -35,14 +35,17 @@ class Limiters:
             embed_limiter=trio.CapacityLimiter(1),
         )
 
-    async def db(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(*args)`` in a thread inside one connection + transaction."""
+    async def db(self, fn: Callable[..., T], *args: Any, abandon_on_cancel: bool = False) -> T:
+        """Run ``fn(*args)`` in a thread inside one connection + transaction
+        (``abandon_on_cancel`` as for :meth:`db_connection`)."""
 
         def work() -> T:
             with unit():
                 return fn(*args)
 
-        return await trio.to_thread.run_sync(work, limiter=self.db_limiter)
+        return await trio.to_thread.run_sync(
+            work, limiter=self.db_limiter, abandon_on_cancel=abandon_on_cancel
+        )
 
     async def db_connection(self, fn: Callable[..., T], *args: Any, abandon_on_cancel: bool = False) -> T:
         """Run ``fn(*args)`` in a thread on one pooled connection, statements autocommitting;

@@ -280,8 +280,12 @@ class Finisher:
     async def flush(self) -> float:
         """One batch: write, ack, announce; returns how long to back off (0 when all went)."""
         batch, acks, settled = self._outcomes[:MAX_BATCH], list(self._acks), list(self._settled)
+        # Abandoned on a cancel, which comes only at the end of a stop, after the drain's
+        # FINISH_WAIT_S: a stalled database does not hold the process for its read timeout. A
+        # batch whose fate is then unknown is as after a SIGKILL: its entries stay pending, a
+        # reclaim finds each row finished (acked) or still running under a dead owner (run again).
         done = await trio.to_thread.run_sync(
-            self._flush, batch, acks, settled, limiter=self.limiters.db_limiter
+            self._flush, batch, acks, settled, limiter=self.limiters.db_limiter, abandon_on_cancel=True
         )
         delay = 0.0
         fresh: list[_Settled] = []

@@ -139,7 +139,9 @@ class ProgressFlusher:
         items = [(tid, t.attempt, t.fraction, t.lines.text()) for tid, t, _ in dirty]
         dropped = 0
         try:
-            lost = await self.limiters.db(write_progress, items)
+            # abandoned on a cancel (the end of a stop while the database stalls): progress is
+            # only ever overwritten by a later write
+            lost = await self.limiters.db(write_progress, items, abandon_on_cancel=True)
         except RETRYABLE_DB_ERRORS as exc:
             self._failed += 1
             self.outage.failed(exc)  # kept dirty: written on a later pass
@@ -168,7 +170,7 @@ class ProgressFlusher:
         dropped = 0
         for item in items:
             try:
-                lost.update(await self.limiters.db(write_progress, [item]))
+                lost.update(await self.limiters.db(write_progress, [item], abandon_on_cancel=True))
             except RETRYABLE_DB_ERRORS as exc:
                 self._failed += 1
                 self.outage.failed(exc)

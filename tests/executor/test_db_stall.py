@@ -13,8 +13,9 @@ from __future__ import annotations
 import time
 
 from db.database import DbUrl
-from db.models import DONE, QUEUED
+from db.models import DONE, QUEUED, RUNNING
 from executor.collector import HOPS_STOP_WAIT_S
+from executor.daemon import FINISH_WAIT_S
 from tests.executor.support import all_in, enqueue, task_spec
 from tests.helpers import wait_until
 from tests.observe import TcpProxy, wait_health
@@ -138,3 +139,26 @@ def test_a_stop_during_start_up_does_not_wait_for_the_stalled_database(xsettings
             assert proc.stop(timeout_s=30) == 0
             assert time.monotonic() - began < 4, proc.log()
         assert " ready: task types " not in proc.log()
+
+
+def test_a_stop_with_a_task_running_is_bounded_while_the_database_is_stalled_and_loses_nothing(
+    xsettings, streams, db, tmp_path
+):
+    u = DbUrl.parse(xsettings.db_url)
+    with TcpProxy(u.port, u.host) as proxy:
+        settings = _stalled(xsettings, proxy, read_timeout_s=60)
+        with ExecutorProcess(settings, "host_1", tmp_path / "x.log") as proc:
+            _wait_running(proc)
+            ids = enqueue(streams, [task_spec("sleep", seconds=8)])
+            assert wait_until(lambda: all_in(ids, RUNNING), 10)
+            proxy.freeze()  # the run's progress, its hand-back and the next read all wait now
+            time.sleep(1)
+            began = time.monotonic()
+            assert proc.stop(timeout_s=60) == 0
+            took = time.monotonic() - began
+        # the hop given up, the hand-back's write waited for FINISH_WAIT_S, then abandoned: not
+        # the 60 s read timeout of each stuck thread in turn (they queue for the pool's lock)
+        assert took < HOPS_STOP_WAIT_S + FINISH_WAIT_S + 10, (took, proc.log())
+    with ExecutorProcess(xsettings, "host_1", tmp_path / "y.log") as again:  # takes its own pending over
+        assert wait_until(lambda: all_in(ids, DONE), 40), again.log()
+        assert again.stop() == 0
