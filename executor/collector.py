@@ -157,8 +157,9 @@ class Collector:
         self._last_wake = "0-0"  # the newest wake-up seen by the last dispatch
         self._reader_id: int | None = None
         self.stopping = False
-        self._hops: set[trio.CancelScope] = set()  # one per hop in flight
+        self._givable: set[trio.CancelScope] = set()  # what a stop gives up (_give_up_after)
         self._hops_given_up = False
+        self._closed = False  # run() has returned: nothing of this collector starts a run now
         self.taken_over = trio.Event()  # set once the start-up takeover is done (the sweeper waits)
         self.reads = 0
         self._last_orphan_check = time.monotonic()
@@ -168,7 +169,8 @@ class Collector:
         """Take over own pending entries, then read new ones until asked to stop."""
         await self._redis(self.ensure_group)
         try:
-            await self.take_over()
+            with self._giveable():
+                await self.take_over()
         finally:
             self.taken_over.set()
         while not self.stopping:
@@ -176,7 +178,8 @@ class Collector:
             if not free:
                 break
             if self._orphan_check_due():
-                await self.recover_orphans()
+                with self._giveable():
+                    await self.recover_orphans()
                 continue
             await self._in_flight.acquire()
             handed = trio.Event()
@@ -184,39 +187,53 @@ class Collector:
             await handed.wait()
         for _ in range(MAX_CLAIMS_IN_FLIGHT):  # every hop has settled, or was given up
             await self._in_flight.acquire()
+        self._closed = True
 
-    async def _give_up_hops_after(self, delay_s: float) -> None:
-        """A stop's bound on the hops in flight: those whose thread is still blocked after
-        ``delay_s`` are given up. A stalled database answers no statement until the read
+    @contextlib.contextmanager
+    def _giveable(self) -> Iterator[None]:
+        """A read-and-claim hop, the take-over or an orphan check: given up by a stop that has
+        waited ``HOPS_STOP_WAIT_S`` for it (:meth:`_give_up_after`)."""
+        with trio.CancelScope() as scope:
+            self._givable.add(scope)
+            try:
+                yield
+            finally:
+                self._givable.discard(scope)
+
+    async def _give_up_after(self, delay_s: float) -> None:
+        """A stop's bound on the reads and claims in flight: those whose thread is still blocked
+        after ``delay_s`` are given up. A stalled database answers no statement until the read
         timeout (60 s by default), and a stop cannot wake that as it wakes the Redis read. Their
-        threads run on unwatched: what they read stays pending under this consumer (taken over
-        at the next start, or reclaimed once its lease lapses), and a claim that comes back
-        later rolls back (:class:`HopGivenUp`): as a SIGKILL at that moment would, and the kill
-        tests show that loses nothing."""
+        threads run on unwatched. What they read stays pending under this consumer (taken over
+        at the next start, or reclaimed once its lease lapses); a claim that comes back later
+        rolls back (:class:`HopGivenUp`); a run a hop started before its claim committed is
+        stopped as lost. As a SIGKILL at that moment would, and the kill tests show that loses
+        nothing."""
         await trio.sleep(delay_s)
-        if not self._hops:
+        if not self._givable:
             return
         self._hops_given_up = True
         log.warning(
-            "stopping without %d read-and-claim hop(s) still waiting on the database or Redis after %g s;"
+            "stopping without %d read-and-claim step(s) still waiting on the database or Redis after %g s;"
             " what they read stays pending",
-            len(self._hops),
-            HOPS_STOP_WAIT_S,
+            len(self._givable),
+            delay_s,
         )
-        for scope in self._hops:
+        for scope in self._givable:
             scope.cancel()
+        for task_id, run in list(self.book.running.items()):
+            if not run.committed:  # its claim's commit is among what was given up
+                self.book.stop(task_id, STOP_LOST, run.claimed.attempt)
 
     async def _hop(self, free: int, handed: trio.Event) -> None:
-        with trio.CancelScope() as scope:
-            self._hops.add(scope)
-            try:
+        try:
+            with self._giveable():
                 read = await self._redis(self.read_and_claim, free, handed, abandon_on_cancel=True)
                 if read:
                     await self._settle(*read)
-            finally:
-                self._hops.discard(scope)
-                handed.set()
-                self._in_flight.release()
+        finally:
+            handed.set()
+            self._in_flight.release()
 
     def stop(self) -> None:
         """Stop reading; a blocked read is woken at once (CLIENT UNBLOCK, in a thread: while
@@ -225,7 +242,7 @@ class Collector:
         self.book.stop_reading()
         if self._reader_id is not None:
             self.background(self._unblock, self._reader_id)
-        self.background(self._give_up_hops_after, HOPS_STOP_WAIT_S)
+        self.background(self._give_up_after, HOPS_STOP_WAIT_S)
 
     async def _unblock(self, reader_id: int) -> None:
         client = self.streams.client
@@ -320,6 +337,11 @@ class Collector:
     def _start(self, entries: list[Entry], plan: ClaimPlan, handed: trio.Event) -> None:
         """In the trio thread, while the claim commits: hold the entries, start the runners."""
         if self._hops_given_up:  # the stop went on without this hop: nothing starts after it
+            log.warning(
+                "a claim came back after the stop gave its hop up: rolled back, %d entr%s left pending",
+                len(entries),
+                "y" if len(entries) == 1 else "ies",
+            )
             raise HopGivenUp
         self.book.hold(entries)
         self.book.release(len(entries) - len(plan.claimed))
@@ -469,8 +491,20 @@ class Collector:
         if not entries:
             return
         self.book.hold(entries)
-        plan = await self._validate(entries)
-        if plan is None:  # stopping during a database outage: the entries stay pending, ours
+        try:
+            plan = await self._validate(entries)
+        except BaseException:  # given up by a stop (cancelled): the entries stay pending
+            self.book.release(len(entries))
+            self.book.settle([e.key for e in entries])
+            raise
+        if plan is None or self._closed:
+            # stopping during a database outage, or a sweep's claim that came back after the
+            # read loop ended (the hand-back may be under way): nothing starts; the entries stay
+            # pending, and a row claimed here is taken over at the next start, or reclaimed
+            if plan is not None:
+                log.info(
+                    "stopping: %d task(s) claimed after the read loop ended left pending", len(plan.claimed)
+                )
             self.book.release(len(entries))
             self.book.settle([e.key for e in entries])
             return

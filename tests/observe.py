@@ -133,6 +133,7 @@ class TcpProxy:
             except OSError:
                 client.close()
                 continue
+            upstream.settimeout(None)  # the timeout was for the connect: a quiet connection lives
             with self._lock:
                 self._conns.update((client, upstream))
             for a, b in ((client, upstream), (upstream, client)):
@@ -154,7 +155,6 @@ class TcpProxy:
                 self._conns.difference_update((src, dst))
 
     def stop(self) -> None:
-        self._flowing.set()  # a held pipe wakes, finds its socket closed and ends
         if self._listener is not None:
             with contextlib.suppress(OSError):  # wakes the thread blocked in accept()
                 self._listener.shutdown(socket.SHUT_RDWR)
@@ -166,6 +166,7 @@ class TcpProxy:
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
             s.close()
+        self._flowing.set()  # after the close: a held pipe wakes, and its bytes go nowhere
 
     def __enter__(self) -> TcpProxy:
         return self

@@ -10,13 +10,17 @@ timeout on the same connections, and after a longer one through an outage."""
 
 from __future__ import annotations
 
+import signal
 import time
 
+import pymysql
+
 from db.database import DbUrl
-from db.models import DONE, QUEUED, RUNNING
+from db.gate import Gate
+from db.models import DONE, QUEUED, RUNNING, Task
 from executor.collector import HOPS_STOP_WAIT_S
 from executor.daemon import FINISH_WAIT_S
-from tests.executor.support import all_in, enqueue, task_spec
+from tests.executor.support import all_in, enqueue, row, task_spec
 from tests.helpers import wait_until
 from tests.observe import TcpProxy, wait_health
 from tests.procs import ExecutorProcess, free_port
@@ -63,8 +67,8 @@ def test_an_idle_executor_stops_within_the_bound_while_its_database_is_stalled(x
             assert proc.stop(timeout_s=30) == 0
             took = time.monotonic() - began
         # the hop's BEGIN waits for a 60 s read timeout; the stop gives it up after HOPS_STOP_WAIT_S
-        assert took < HOPS_STOP_WAIT_S + 4, (took, proc.log())
-        assert "stopping without 1 read-and-claim hop(s)" in proc.log()
+        assert took < HOPS_STOP_WAIT_S + 15, (took, proc.log())
+        assert "stopping without 1 read-and-claim step(s)" in proc.log()
 
 
 def test_a_task_submitted_while_the_database_is_stalled_runs_once_it_answers(
@@ -116,11 +120,13 @@ def test_a_stop_gives_up_a_claim_stuck_on_the_stalled_database_and_the_next_star
             proxy.freeze()
             ids = enqueue(streams, [task_spec("noop") for _ in range(2)])
             # read into this consumer's pending list: the hop's claim now waits on the database
+            # (unless the freeze caught the idle hop in the few ms between two reads, its COMMIT
+            # and next BEGIN: then nothing is read and this times out; rare)
             assert wait_until(lambda: _pending(streams, "host_1") == 2, 10)
             began = time.monotonic()
             assert proc.stop(timeout_s=30) == 0
-            assert time.monotonic() - began < HOPS_STOP_WAIT_S + 4
-        assert "stopping without 1 read-and-claim hop(s)" in proc.log()
+            assert time.monotonic() - began < HOPS_STOP_WAIT_S + 15
+        assert "stopping without 1 read-and-claim step(s)" in proc.log()
     assert all_in(ids, QUEUED)  # the claim never committed
     with ExecutorProcess(xsettings, "host_1", tmp_path / "y.log") as again:  # its own pending first
         assert wait_until(lambda: all_in(ids, DONE), 20), again.log()
@@ -137,7 +143,7 @@ def test_a_stop_during_start_up_does_not_wait_for_the_stalled_database(xsettings
             time.sleep(1)
             began = time.monotonic()
             assert proc.stop(timeout_s=30) == 0
-            assert time.monotonic() - began < 4, proc.log()
+            assert time.monotonic() - began < 15, proc.log()
         assert " ready: task types " not in proc.log()
 
 
@@ -158,7 +164,92 @@ def test_a_stop_with_a_task_running_is_bounded_while_the_database_is_stalled_and
             took = time.monotonic() - began
         # the hop given up, the hand-back's write waited for FINISH_WAIT_S, then abandoned: not
         # the 60 s read timeout of each stuck thread in turn (they queue for the pool's lock)
-        assert took < HOPS_STOP_WAIT_S + FINISH_WAIT_S + 10, (took, proc.log())
+        assert took < HOPS_STOP_WAIT_S + FINISH_WAIT_S + 15, (took, proc.log())
     with ExecutorProcess(xsettings, "host_1", tmp_path / "y.log") as again:  # takes its own pending over
         assert wait_until(lambda: all_in(ids, DONE), 40), again.log()
+        assert again.stop() == 0
+
+
+# -- a claim held up by a row lock: a statement that waits, deterministically ---------------------
+
+
+def _lock_row(db_url: str, task_id: str) -> pymysql.connections.Connection:
+    """A transaction of the test's own holding the task row's lock (``FOR UPDATE``): a claim
+    UPDATE of that row waits for it (up to innodb_lock_wait_timeout, 50 s by default)."""
+    u = DbUrl.parse(db_url)
+    conn = pymysql.connect(host=u.host, port=u.port, user=u.user, password=u.password, database=u.name)
+    with conn.cursor() as cur:
+        cur.execute("BEGIN")
+        cur.execute(f"SELECT id FROM {Task._meta.table_name} WHERE id = %s FOR UPDATE", [task_id])  # noqa: S608
+    return conn
+
+
+def _publish(streams, task_id: str, task_type: str) -> None:
+    streams.publish_many([{"id": task_id, "doc_id": "", "task_type": task_type, "priority": 0}])
+
+
+def _task_started(proc: ExecutorProcess, task_id: str) -> bool:
+    return any("task start" in line and task_id in line for line in proc.log_lines())
+
+
+def test_a_claim_that_comes_back_after_the_stop_gave_its_hop_up_rolls_back(xsettings, streams, db, tmp_path):
+    settings = xsettings.replace(shutdown_grace_s=10)  # the process lives on after the give-up
+    with ExecutorProcess(settings, "host_1", tmp_path / "x.log") as proc:
+        _wait_running(proc)
+        (runs,) = enqueue(streams, [task_spec("sleep_first_attempt")])
+        assert wait_until(lambda: all_in([runs], RUNNING), 10)
+        (held,) = enqueue(streams, [task_spec("noop")], publish=False)
+        lock = _lock_row(xsettings.db_url, held)
+        _publish(streams, held, "noop")
+        assert wait_until(lambda: _pending(streams, "host_1") == 2, 10)  # read; its claim waits
+        proc.signal(signal.SIGTERM)
+        assert wait_until(lambda: "stopping without 1 read-and-claim step(s)" in proc.log(), 15), proc.log()
+        lock.rollback()  # the claim UPDATE goes on now, and its hop hands the claim to trio
+        lock.close()
+        assert wait_until(lambda: "a claim came back after the stop gave its hop up" in proc.log(), 10), (
+            proc.log()
+        )
+        assert proc.stop() == 0
+    assert not _task_started(proc, held)
+    after = row(held)
+    assert after["status"] == QUEUED and after["attempt"] == 0, after  # the claim rolled back
+    with ExecutorProcess(xsettings, "host_1", tmp_path / "y.log") as again:
+        assert wait_until(lambda: all_in([runs, held], DONE), 20), again.log()
+        assert again.stop() == 0
+
+
+def test_a_stop_gives_up_a_take_over_held_up_by_the_database_within_the_bound_not_the_grace(
+    xsettings, streams, db, tmp_path
+):
+    (held,) = enqueue(streams, [task_spec("noop")])
+    gate = Gate(streams.client, streams.keys)
+    got = gate.dispatch(
+        streams.keys.group,
+        "host_1",
+        1,
+        default_max_running=xsettings.tenant_max_running,
+        slot_ms=streams.slot_ms,
+    )
+    assert got.reply  # pending under host_1, as if its previous process had died holding it
+    lock = _lock_row(xsettings.db_url, held)
+    try:
+        settings = xsettings.replace(shutdown_grace_s=60)
+        with ExecutorProcess(settings, "host_1", tmp_path / "x.log") as proc:
+            _wait_running(proc)
+            time.sleep(1.5)  # the take-over's claim of the entry waits for the row lock
+            began = time.monotonic()
+            assert proc.stop(timeout_s=60) == 0
+            took = time.monotonic() - began
+        # neither the grace period (the entry's slot given back) nor the 50 s lock wait
+        assert took < HOPS_STOP_WAIT_S + 15, (took, proc.log())
+        assert "stopping without 1 read-and-claim step(s)" in proc.log()
+    finally:
+        lock.rollback()
+        lock.close()
+    # the abandoned claim UPDATE, an autocommit statement, may still win the row once the lock
+    # goes: the server learns the client is gone only when it answers. Running under a dead
+    # owner, then, as after a SIGKILL mid-claim: the next start takes it over all the same
+    assert row(held)["status"] in (QUEUED, RUNNING)
+    with ExecutorProcess(xsettings, "host_1", tmp_path / "y.log") as again:
+        assert wait_until(lambda: all_in([held], DONE), 20), again.log()
         assert again.stop() == 0
