@@ -10,8 +10,10 @@ timeout on the same connections, and after a longer one through an outage."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
+from collections.abc import Iterator
 
 import pymysql
 
@@ -53,19 +55,36 @@ def _wait_running(proc: ExecutorProcess) -> None:
     assert wait_until(lambda: " ready: task types " in proc.log(), 20), proc.log()
 
 
-def test_an_idle_executor_stops_within_the_bound_while_its_database_is_stalled(xsettings, db, tmp_path):
+@contextlib.contextmanager
+def _through_a_proxy(
+    xsettings, tmp_path, read_timeout_s: float
+) -> Iterator[tuple[TcpProxy, ExecutorProcess]]:
+    """An executor ``host_1`` whose database is reached through a proxy, past its start-up."""
     u = DbUrl.parse(xsettings.db_url)
     with TcpProxy(u.port, u.host) as proxy:
-        settings = _stalled(xsettings, proxy, read_timeout_s=60)
+        settings = _stalled(xsettings, proxy, read_timeout_s)
         with ExecutorProcess(settings, "host_1", tmp_path / "x.log") as proc:
             _wait_running(proc)
-            wait_health(settings.healthcheck_port, 200)
-            proxy.freeze()
-            wait_health(settings.healthcheck_port, 503, "database")
-            time.sleep(2.5)  # a whole blocking read (2 s) with the database stalled: its COMMIT waits
-            began = time.monotonic()
-            assert proc.stop(timeout_s=30) == 0
-            took = time.monotonic() - began
+            yield proxy, proc
+
+
+def _the_next_start_runs(xsettings, tmp_path, ids: list[str], timeout_s: float = 20) -> None:
+    """``host_1`` again, on the database directly: it takes its own pending entries over."""
+    with ExecutorProcess(xsettings, "host_1", tmp_path / "next.log") as again:
+        assert wait_until(lambda: all_in(ids, DONE), timeout_s), again.log()
+        assert again.stop() == 0
+
+
+def test_an_idle_executor_stops_within_the_bound_while_its_database_is_stalled(xsettings, db, tmp_path):
+    with _through_a_proxy(xsettings, tmp_path, read_timeout_s=60) as (proxy, proc):
+        port = proc.settings.healthcheck_port
+        wait_health(port, 200)
+        proxy.freeze()
+        wait_health(port, 503, "database")
+        time.sleep(2.5)  # a whole blocking read (2 s) with the database stalled: its COMMIT waits
+        began = time.monotonic()
+        assert proc.stop(timeout_s=30) == 0
+        took = time.monotonic() - began
         # the hop's BEGIN waits for a 60 s read timeout; the stop gives it up after HOPS_STOP_WAIT_S
         assert took < HOPS_STOP_WAIT_S + 15, (took, proc.log())
         assert "stopping without 1 read-and-claim step(s)" in proc.log()
@@ -74,63 +93,49 @@ def test_an_idle_executor_stops_within_the_bound_while_its_database_is_stalled(x
 def test_a_task_submitted_while_the_database_is_stalled_runs_once_it_answers(
     xsettings, streams, db, tmp_path
 ):
-    u = DbUrl.parse(xsettings.db_url)
-    with TcpProxy(u.port, u.host) as proxy:
-        settings = _stalled(xsettings, proxy, read_timeout_s=60)
-        with ExecutorProcess(settings, "host_1", tmp_path / "x.log") as proc:
-            _wait_running(proc)
-            warm = enqueue(streams, [task_spec("noop")])
-            assert wait_until(lambda: all_in(warm, DONE), 10)
-            proxy.freeze()
-            ids = enqueue(streams, [task_spec("noop") for _ in range(3)])  # the producer's own path
-            time.sleep(3)
-            assert not all_in(ids, DONE)
-            proxy.thaw()  # the held bytes arrive: the statements waiting on them go on
-            assert wait_until(lambda: all_in(ids, DONE), 15), proc.log()
-            assert proc.stop() == 0
-        assert "database unreachable" not in proc.log()  # a stall shorter than the read timeout
+    with _through_a_proxy(xsettings, tmp_path, read_timeout_s=60) as (proxy, proc):
+        warm = enqueue(streams, [task_spec("noop")])
+        assert wait_until(lambda: all_in(warm, DONE), 10)
+        proxy.freeze()
+        ids = enqueue(streams, [task_spec("noop") for _ in range(3)])  # the producer's own path
+        time.sleep(3)
+        assert not all_in(ids, DONE)
+        proxy.thaw()  # the held bytes arrive: the statements waiting on them go on
+        assert wait_until(lambda: all_in(ids, DONE), 15), proc.log()
+        assert proc.stop() == 0
+    assert "database unreachable" not in proc.log()  # a stall shorter than the read timeout
 
 
 def test_a_stall_longer_than_the_read_timeout_is_an_outage_and_loses_nothing(
     xsettings, streams, db, tmp_path
 ):
-    u = DbUrl.parse(xsettings.db_url)
-    with TcpProxy(u.port, u.host) as proxy:
-        settings = _stalled(xsettings, proxy, read_timeout_s=2)
-        with ExecutorProcess(settings, "host_1", tmp_path / "x.log") as proc:
-            _wait_running(proc)
-            proxy.freeze()
-            ids = enqueue(streams, [task_spec("noop") for _ in range(3)])
-            assert wait_until(lambda: "database unreachable" in proc.log(), 15), proc.log()
-            assert not all_in(ids, DONE)
-            proxy.thaw()
-            assert wait_until(lambda: all_in(ids, DONE), 30), proc.log()
-            assert wait_until(lambda: "database back after" in proc.log(), 10), proc.log()
-            assert proc.stop() == 0
+    with _through_a_proxy(xsettings, tmp_path, read_timeout_s=2) as (proxy, proc):
+        proxy.freeze()
+        ids = enqueue(streams, [task_spec("noop") for _ in range(3)])
+        assert wait_until(lambda: "database unreachable" in proc.log(), 15), proc.log()
+        assert not all_in(ids, DONE)
+        proxy.thaw()
+        assert wait_until(lambda: all_in(ids, DONE), 30), proc.log()
+        assert wait_until(lambda: "database back after" in proc.log(), 10), proc.log()
+        assert proc.stop() == 0
 
 
 def test_a_stop_gives_up_a_claim_stuck_on_the_stalled_database_and_the_next_start_runs_it(
     xsettings, streams, db, tmp_path
 ):
-    u = DbUrl.parse(xsettings.db_url)
-    with TcpProxy(u.port, u.host) as proxy:
-        settings = _stalled(xsettings, proxy, read_timeout_s=60)
-        with ExecutorProcess(settings, "host_1", tmp_path / "x.log") as proc:
-            _wait_running(proc)
-            proxy.freeze()
-            ids = enqueue(streams, [task_spec("noop") for _ in range(2)])
-            # read into this consumer's pending list: the hop's claim now waits on the database
-            # (unless the freeze caught the idle hop in the few ms between two reads, its COMMIT
-            # and next BEGIN: then nothing is read and this times out; rare)
-            assert wait_until(lambda: _pending(streams, "host_1") == 2, 10)
-            began = time.monotonic()
-            assert proc.stop(timeout_s=30) == 0
-            assert time.monotonic() - began < HOPS_STOP_WAIT_S + 15
-        assert "stopping without 1 read-and-claim step(s)" in proc.log()
+    with _through_a_proxy(xsettings, tmp_path, read_timeout_s=60) as (proxy, proc):
+        proxy.freeze()
+        ids = enqueue(streams, [task_spec("noop") for _ in range(2)])
+        # read into this consumer's pending list: the hop's claim now waits on the database
+        # (unless the freeze caught the idle hop in the few ms between two reads, its COMMIT
+        # and next BEGIN: then nothing is read and this times out; rare)
+        assert wait_until(lambda: _pending(streams, "host_1") == 2, 10)
+        began = time.monotonic()
+        assert proc.stop(timeout_s=30) == 0
+        assert time.monotonic() - began < HOPS_STOP_WAIT_S + 15
+    assert "stopping without 1 read-and-claim step(s)" in proc.log()
     assert all_in(ids, QUEUED)  # the claim never committed
-    with ExecutorProcess(xsettings, "host_1", tmp_path / "y.log") as again:  # its own pending first
-        assert wait_until(lambda: all_in(ids, DONE), 20), again.log()
-        assert again.stop() == 0
+    _the_next_start_runs(xsettings, tmp_path, ids)
 
 
 def test_a_stop_during_start_up_does_not_wait_for_the_stalled_database(xsettings, db, tmp_path):
@@ -150,24 +155,18 @@ def test_a_stop_during_start_up_does_not_wait_for_the_stalled_database(xsettings
 def test_a_stop_with_a_task_running_is_bounded_while_the_database_is_stalled_and_loses_nothing(
     xsettings, streams, db, tmp_path
 ):
-    u = DbUrl.parse(xsettings.db_url)
-    with TcpProxy(u.port, u.host) as proxy:
-        settings = _stalled(xsettings, proxy, read_timeout_s=60)
-        with ExecutorProcess(settings, "host_1", tmp_path / "x.log") as proc:
-            _wait_running(proc)
-            ids = enqueue(streams, [task_spec("sleep", seconds=8)])
-            assert wait_until(lambda: all_in(ids, RUNNING), 10)
-            proxy.freeze()  # the run's progress, its hand-back and the next read all wait now
-            time.sleep(1)
-            began = time.monotonic()
-            assert proc.stop(timeout_s=60) == 0
-            took = time.monotonic() - began
-        # the hop given up, the hand-back's write waited for FINISH_WAIT_S, then abandoned: not
-        # the 60 s read timeout of each stuck thread in turn (they queue for the pool's lock)
-        assert took < HOPS_STOP_WAIT_S + FINISH_WAIT_S + 15, (took, proc.log())
-    with ExecutorProcess(xsettings, "host_1", tmp_path / "y.log") as again:  # takes its own pending over
-        assert wait_until(lambda: all_in(ids, DONE), 40), again.log()
-        assert again.stop() == 0
+    with _through_a_proxy(xsettings, tmp_path, read_timeout_s=60) as (proxy, proc):
+        ids = enqueue(streams, [task_spec("sleep", seconds=8)])
+        assert wait_until(lambda: all_in(ids, RUNNING), 10)
+        proxy.freeze()  # the run's progress, its hand-back and the next read all wait now
+        time.sleep(1)
+        began = time.monotonic()
+        assert proc.stop(timeout_s=60) == 0
+        took = time.monotonic() - began
+    # the hop given up, the hand-back's write waited for FINISH_WAIT_S, then abandoned: not the
+    # 60 s read timeout of each stuck thread in turn (they queue for the pool's lock)
+    assert took < HOPS_STOP_WAIT_S + FINISH_WAIT_S + 15, (took, proc.log())
+    _the_next_start_runs(xsettings, tmp_path, ids, timeout_s=40)
 
 
 # -- a claim held up by a row lock: a statement that waits, deterministically ---------------------
@@ -213,9 +212,7 @@ def test_a_claim_that_comes_back_after_the_stop_gave_its_hop_up_rolls_back(xsett
     assert not _task_started(proc, held)
     after = row(held)
     assert after["status"] == QUEUED and after["attempt"] == 0, after  # the claim rolled back
-    with ExecutorProcess(xsettings, "host_1", tmp_path / "y.log") as again:
-        assert wait_until(lambda: all_in([runs, held], DONE), 20), again.log()
-        assert again.stop() == 0
+    _the_next_start_runs(xsettings, tmp_path, [runs, held])
 
 
 def test_a_stop_gives_up_a_take_over_held_up_by_the_database_within_the_bound_not_the_grace(
@@ -250,6 +247,4 @@ def test_a_stop_gives_up_a_take_over_held_up_by_the_database_within_the_bound_no
     # goes: the server learns the client is gone only when it answers. Running under a dead
     # owner, then, as after a SIGKILL mid-claim: the next start takes it over all the same
     assert row(held)["status"] in (QUEUED, RUNNING)
-    with ExecutorProcess(xsettings, "host_1", tmp_path / "y.log") as again:
-        assert wait_until(lambda: all_in([held], DONE), 20), again.log()
-        assert again.stop() == 0
+    _the_next_start_runs(xsettings, tmp_path, [held])
