@@ -32,7 +32,7 @@ ORPHAN_CHECK_S = 30.0  # also after every Redis outage: entries pending under us
 ORPHAN_SCAN_MAX = 1000
 DEFER_RECHECK_S = 2.0  # how soon a deferred entry is looked at again
 DISPATCH_ROUNDS_MAX = 8  # dispatch calls in a row while at-cap tenants are being parked
-HOPS_STOP_WAIT_S = 5.0  # at a stop, for hops still in I/O a stop cannot wake (a stalled database)
+HOPS_STOP_WAIT_S = 5.0  # at a stop, for reads and claims still in I/O it cannot wake (a stalled database)
 
 # For entries pending under this consumer: their fields, only while still pending and ours.
 # XCLAIM to ourselves (no JUSTID) counts the re-read as a delivery, so the cap bounds it.
@@ -157,8 +157,8 @@ class Collector:
         self._last_wake = "0-0"  # the newest wake-up seen by the last dispatch
         self._reader_id: int | None = None
         self.stopping = False
-        self._givable: set[trio.CancelScope] = set()  # what a stop gives up (_give_up_after)
-        self._hops_given_up = False
+        self._givable_scopes: set[trio.CancelScope] = set()  # what a stop gives up (_give_up_after)
+        self._given_up = False
         self._closed = False  # run() has returned: nothing of this collector starts a run now
         self.taken_over = trio.Event()  # set once the start-up takeover is done (the sweeper waits)
         self.reads = 0
@@ -169,7 +169,7 @@ class Collector:
         """Take over own pending entries, then read new ones until asked to stop."""
         await self._redis(self.ensure_group)
         try:
-            with self._giveable():
+            with self._givable():
                 await self.take_over()
         finally:
             self.taken_over.set()
@@ -178,7 +178,7 @@ class Collector:
             if not free:
                 break
             if self._orphan_check_due():
-                with self._giveable():
+                with self._givable():
                     await self.recover_orphans()
                 continue
             await self._in_flight.acquire()
@@ -190,15 +190,15 @@ class Collector:
         self._closed = True
 
     @contextlib.contextmanager
-    def _giveable(self) -> Iterator[None]:
+    def _givable(self) -> Iterator[None]:
         """A read-and-claim hop, the take-over or an orphan check: given up by a stop that has
         waited ``HOPS_STOP_WAIT_S`` for it (:meth:`_give_up_after`)."""
         with trio.CancelScope() as scope:
-            self._givable.add(scope)
+            self._givable_scopes.add(scope)
             try:
                 yield
             finally:
-                self._givable.discard(scope)
+                self._givable_scopes.discard(scope)
 
     async def _give_up_after(self, delay_s: float) -> None:
         """A stop's bound on the reads and claims in flight: those whose thread is still blocked
@@ -210,16 +210,16 @@ class Collector:
         stopped as lost. As a SIGKILL at that moment would, and the kill tests show that loses
         nothing."""
         await trio.sleep(delay_s)
-        if not self._givable:
+        if not self._givable_scopes:
             return
-        self._hops_given_up = True
+        self._given_up = True
         log.warning(
             "stopping without %d read-and-claim step(s) still waiting on the database or Redis after %g s;"
             " what they read stays pending",
-            len(self._givable),
+            len(self._givable_scopes),
             delay_s,
         )
-        for scope in self._givable:
+        for scope in self._givable_scopes:
             scope.cancel()
         for task_id, run in list(self.book.running.items()):
             if not run.committed:  # its claim's commit is among what was given up
@@ -227,7 +227,7 @@ class Collector:
 
     async def _hop(self, free: int, handed: trio.Event) -> None:
         try:
-            with self._giveable():
+            with self._givable():
                 read = await self._redis(self.read_and_claim, free, handed, abandon_on_cancel=True)
                 if read:
                     await self._settle(*read)
@@ -336,7 +336,7 @@ class Collector:
 
     def _start(self, entries: list[Entry], plan: ClaimPlan, handed: trio.Event) -> None:
         """In the trio thread, while the claim commits: hold the entries, start the runners."""
-        if self._hops_given_up:  # the stop went on without this hop: nothing starts after it
+        if self._given_up:  # the stop went on without this hop: nothing starts after it
             log.warning(
                 "a claim came back after the stop gave its hop up: rolled back, %d entr%s left pending",
                 len(entries),
@@ -539,7 +539,7 @@ class Collector:
     async def _validate(self, entries: list[Entry]) -> ClaimPlan | None:
         while True:
             try:
-                # abandoned on a cancel (a stop that gave up on its hop): see _give_up_hops
+                # abandoned on a cancel (a stop that gave it up): see _give_up_after
                 plan = await self.limiters.db_connection(
                     validate_and_claim, entries, self.rules(), abandon_on_cancel=True
                 )
