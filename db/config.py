@@ -303,7 +303,7 @@ class Settings:
         for f in dataclasses.fields(cls):
             raw = environ.get(cls.env_name(f.name))
             if f.name in SECRET_FIELDS:
-                raw = _secret(environ, cls.env_name(f.name))
+                raw = secret_value(environ, cls.env_name(f.name))
             if raw is not None and raw != "":
                 values[f.name] = _convert(f, raw)
         for name, value in overrides.items():
@@ -382,7 +382,7 @@ class Settings:
 SECRET_FIELDS = ("redis_password", "redis_sentinel_password", "db_password")
 
 
-def _secret(environ: Mapping[str, str], name: str) -> str | None:
+def secret_value(environ: Mapping[str, str], name: str) -> str | None:
     """``environ[name]``, or the text of the file ``environ[name + "_FILE"]`` names, without its
     trailing newline; both set is an error (which one would win is a guess)."""
     path = environ.get(name + "_FILE")

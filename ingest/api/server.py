@@ -8,29 +8,42 @@ environment, so the settings go to them as ``INGEST_*`` variables.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import logging
 import os
 import signal
+from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
 import trio
 from hypercorn.config import Config
 
-from db.config import Settings
+from db.config import SECRET_FIELDS, Settings, secret_value, url_with_password
 
 log = logging.getLogger(__name__)
 
 GRACEFUL_TIMEOUT_S = 5.0
 
 
-def settings_environ(settings: Settings) -> dict[str, str]:
-    """``INGEST_*`` variables that make ``Settings.from_env`` build exactly ``settings``."""
+def settings_environ(settings: Settings, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``INGEST_*`` variables that make ``Settings.from_env`` build exactly ``settings``, beside
+    ``environ``: a secret that ``environ`` names a file for (``INGEST_X_FILE``), and that file
+    still holds, is left out (the workers read the same file; the secret stays out of their
+    environment)."""
     out = {}
     for f in dataclasses.fields(Settings):
         value = getattr(settings, f.name)
-        out[Settings.env_name(f.name)] = str(value).lower() if isinstance(value, bool) else str(value)
+        name = Settings.env_name(f.name)
+        if f.name in SECRET_FIELDS and environ and environ.get(name + "_FILE"):
+            with contextlib.suppress(ValueError):
+                if secret_value(environ, name) == value:
+                    continue
+        out[name] = str(value).lower() if isinstance(value, bool) else str(value)
+    if settings.db_password and Settings.env_name("db_password") not in out:
+        # the URL holds the password too (Settings puts it there): each worker puts it back
+        out[Settings.env_name("db_url")] = url_with_password(settings.db_url, "")
     return out
 
 
@@ -75,7 +88,13 @@ def serve(
         return
     from hypercorn.run import run
 
-    os.environ.update(settings_environ(settings))  # what the spawned workers build from
+    # what the spawned workers build from: a secret given plainly replaces its file's variable
+    # (Settings.from_env refuses both)
+    environ = settings_environ(settings, os.environ)
+    for name in SECRET_FIELDS:
+        if Settings.env_name(name) in environ:
+            os.environ.pop(Settings.env_name(name) + "_FILE", None)
+    os.environ.update(environ)
     code = run(config)
     if code:
         raise SystemExit(code)

@@ -26,14 +26,14 @@ def new_tenant() -> str:
 class ApiServer:
     """One server process on a free port; its output goes to ``log_path``."""
 
-    def __init__(self, settings: Settings, log_path: Path, *args: str) -> None:
+    def __init__(self, settings: Settings, log_path: Path, *args: str, **env: str) -> None:
         self.settings = settings.replace(api_port=free_port())
         self.log_path = log_path
         self.base_url = f"http://127.0.0.1:{self.settings.api_port}"
         with open(log_path, "ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "ingest.api", *args],
-                env=settings_env(self.settings),
+                env=settings_env(self.settings, **env),
                 cwd=ROOT,
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -13,6 +13,7 @@ import urllib.request
 import uuid
 from urllib.parse import quote
 
+import psutil
 import pymysql
 import pytest
 
@@ -23,6 +24,7 @@ from db.models import DONE, FAILED
 from db.schema import init_schema
 from db.streams import Streams, connect
 from ingest.cli import main
+from tests.api.support import ApiServer
 from tests.conftest import MYSQL_BASE, _drop_database, make_settings
 from tests.executor.support import enqueue, statuses, task_spec
 from tests.handlers import EXTRA_HANDLERS
@@ -63,7 +65,10 @@ def _get(url: str) -> str:
         return resp.read().decode()
 
 
-def test_passwords_from_files_work_and_appear_in_no_output(tmp_path, test_name, secret, monkeypatch, capsys):
+@pytest.fixture
+def secured(tmp_path, test_name, secret):
+    """A ``requirepass`` Redis and a MariaDB user, both with ``secret``; yields the settings every
+    process builds (URLs without passwords, the passwords from files) and the files' variables."""
     require("redis-server")
     server = plain_redis(tmp_path / "redis", password=secret)
     user = f"u{uuid.uuid4().hex[:12]}"
@@ -79,10 +84,8 @@ def test_passwords_from_files_work_and_appear_in_no_output(tmp_path, test_name, 
     root_url = f"{MYSQL_BASE}/{test_name}"
     init_schema(root_url)
     close_database()
-    metrics_port = free_port()
     try:
         with mariadb_user(user, test_name, secret):
-            # the settings every process builds: URLs without passwords, the passwords from files
             s = Settings.from_env(
                 {**files, "INGEST_DB_URL": db_url, "INGEST_REDIS_URL": redis_url},
                 **{
@@ -90,16 +93,48 @@ def test_passwords_from_files_work_and_appear_in_no_output(tmp_path, test_name, 
                     for k, v in vars(make_settings(test_name)).items()
                     if k not in ("db_url", "redis_url", "redis_password", "db_password")
                 },
-            ).replace(extra_handlers=EXTRA_HANDLERS, metrics_port=metrics_port, log_format="json")
+            ).replace(extra_handlers=EXTRA_HANDLERS)
             assert s.redis_password == secret and s.db_password == secret  # the newline dropped
             assert quote(secret, safe="") in s.db_url and secret not in repr(s)
-            _run_fleet_and_collect(
-                s, tmp_path, files, secret, monkeypatch, capsys, db_url, redis_url, metrics_port
-            )
+            yield s, files, db_url, redis_url
     finally:
         close_database()
         _drop_database(root_url)
         server.close()
+
+
+def test_passwords_from_files_work_and_appear_in_no_output(secured, tmp_path, secret, monkeypatch, capsys):
+    s, files, db_url, redis_url = secured
+    metrics_port = free_port()
+    s = s.replace(metrics_port=metrics_port, log_format="json")
+    _run_fleet_and_collect(s, tmp_path, files, secret, monkeypatch, capsys, db_url, redis_url, metrics_port)
+
+
+def test_api_workers_read_the_password_files_themselves(secured, tmp_path, secret):
+    """``--workers 2`` from password files alone: each worker builds its settings from the same
+    files (the variable and its file both set would be refused), and no password is in any
+    worker's environment."""
+    s, files, db_url, _ = secured
+    env = {**files, "INGEST_REDIS_PASSWORD": "", "INGEST_DB_PASSWORD": "", "INGEST_DB_URL": db_url}
+    server = ApiServer(
+        s.replace(api_keys="", api_admin_key=""), tmp_path / "api.log", "--workers", "2", **env
+    )
+    try:
+        server.wait_ready(60)
+        with server.client(tenant="filed") as c:
+            for _ in range(6):
+                r = c.get("/v1/tenants/me")
+                assert r.status_code == 200, (r.text, server.log())
+            assert c.get("/healthz").status_code == 200
+        workers = psutil.Process(server.proc.pid).children(recursive=True)
+        assert workers
+        for w in workers:
+            environ = w.environ()
+            assert environ["INGEST_DB_PASSWORD_FILE"] == files["INGEST_DB_PASSWORD_FILE"]
+            assert not any(secret in v or quote(secret, safe="") in v for v in environ.values())
+    finally:
+        assert server.stop() == 0, server.log()
+    assert secret not in server.log()
 
 
 def _run_fleet_and_collect(s, tmp_path, files, secret, monkeypatch, capsys, db_url, redis_url, metrics_port):
