@@ -17,7 +17,8 @@
     │   └── SubmissionTooLarge  more documents in one submission than ``max_docs``
     ├── NotFound         an id or knowledge base that does not exist (also a LookupError)
     └── InvalidInput     an argument outside the contract (also a ValueError): a bad name,
-                         priority, tenant or task field; raised by :class:`ingest.Client`
+        │                priority, tenant or task field; raised by :class:`ingest.Client`
+        └── IdInUse      a task id given that another tenant's task has
 
 ``is_retryable`` also recognises the database's and Redis's own connection errors.
 """
@@ -160,6 +161,11 @@ class InvalidInput(IngestError, ValueError):
     """An argument outside the contract (a bad knowledge-base name, priority, tenant id, task
     field): nothing was written. The domain raises ``ValueError``; :class:`ingest.Client`
     raises this (a ``ValueError`` too, so either catch holds)."""
+
+
+class IdInUse(InvalidInput):
+    """A task id given that another tenant's task already has: nothing was written (leave the
+    id out to get a fresh one)."""
 
 
 def is_retryable(exc: BaseException) -> bool:

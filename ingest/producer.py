@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import random
@@ -40,7 +41,7 @@ from ingest.control import (
     unfinished_task_ids,
 )
 from ingest.documents import recompute_documents
-from ingest.errors import NotFound, PublishError, SubmitBusy, TenantQueueFull
+from ingest.errors import IdInUse, NotFound, PublishError, SubmitBusy, TenantQueueFull
 from ingest.lines import line
 from ingest.parser_config import DEFAULT_PARSER_CONFIG, document_config, new_kb_config
 from ingest.pdfpages import PageCounter
@@ -679,17 +680,26 @@ def enqueue_tasks(settings: Settings, tasks: Sequence[Mapping[str, Any]]) -> lis
         )
     if len({r["id"] for r in rows}) != len(rows):
         raise ValueError("enqueue_tasks was given the same task id twice")
-    by_tenant: dict[str, int] = {}
+    by_tenant: dict[str, list[str]] = {}
     for r in rows:
         check_tenant(r["tenant_id"])
-        by_tenant[r["tenant_id"]] = by_tenant.get(r["tenant_id"], 0) + 1
-    limits = {t: tenants.precheck_queue(settings, t, lambda n=n: n) for t, n in sorted(by_tenant.items())}  # type: ignore[misc]  # mypy infers no lambda with a default (binds each n)
+        by_tenant.setdefault(r["tenant_id"], []).append(r["id"])
+    given_set = set(given)
+
+    def adding(task_ids: list[str]) -> int:  # a task already unfinished is left as it is
+        return len(task_ids) - len(_unfinished_ids([i for i in task_ids if i in given_set]))
+
+    limits = {
+        t: tenants.precheck_queue(settings, t, functools.partial(adding, task_ids))
+        for t, task_ids in sorted(by_tenant.items())
+    }
     for t, lim in limits.items():
         if lim.max_queued:
             tenants.ensure_row(t)
     with unit():
         for t in sorted(limits):
             tenants.lock_queue(t, limits[t])
+        _check_owned(rows, given)
         live = _unfinished_ids(given)
         fresh = [r for r in rows if r["id"] not in live]
         bulk_insert_into_db(Task, fresh, replace_on_conflict=True)
@@ -697,6 +707,31 @@ def enqueue_tasks(settings: Settings, tasks: Sequence[Mapping[str, Any]]) -> lis
             tenants.check_queue(t, limits[t], sum(r["tenant_id"] == t for r in fresh))
     publish_messages(settings, [task_message(r) for r in rows])
     return [r["id"] for r in rows]
+
+
+def _check_owned(rows: list[dict[str, Any]], given: list[str]) -> None:
+    """A task may take neither an id another tenant's task has (:class:`IdInUse`) nor another
+    tenant's document or knowledge base (:class:`NotFound`, as if it did not exist). Tenants
+    compared exactly, in Python (the database's collation ignores case)."""
+    for model, column, key, what in (
+        (Task, Task.id, "id", None),
+        (Document, Document.id, "doc_id", "document"),
+        (KnowledgeBase, KnowledgeBase.id, "kb_id", "knowledge base"),
+    ):
+        wanted: dict[str, set[str]] = {}
+        for r in rows:
+            if r[key] and (key != "id" or r["id"] in given):
+                wanted.setdefault(r[key], set()).add(r["tenant_id"])
+        names = sorted(wanted)
+        for start in range(0, len(names), BATCH):
+            query = model.select(column, model.tenant_id).where(column.in_(names[start : start + BATCH]))
+            for found_id, owner in query.tuples():
+                if any(t != owner for t in wanted.get(found_id, ())):
+                    if what is None:
+                        raise IdInUse(
+                            f"task id {found_id!r} is already in use; leave id out to get a fresh one"
+                        )
+                    raise NotFound(f"no such {what}: {found_id!r}")
 
 
 def _unfinished_ids(task_ids: list[str]) -> set[str]:

@@ -1,6 +1,6 @@
 """How the domain's errors read over HTTP: a status code, a JSON body, Retry-After where useful.
 
-``LimitExceeded`` → 429, ``NotFound`` → 404, ``ValueError`` → 422, ``PermanentError`` → 409,
+``LimitExceeded`` → 429, ``NotFound`` → 404, ``ValueError`` → 422, ``PermanentError`` and ``IdInUse`` → 409,
 ``PublishError`` → 503 (the rows are committed; the reconciler publishes them), Redis or the
 database unreachable → 503. Each body has ``error`` (the cause's name) and ``detail``.
 """
@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 
 from db.database import RETRYABLE_DB_ERRORS
 from db.streams import RETRYABLE_REDIS_ERRORS
-from ingest.errors import LimitExceeded, NotFound, PermanentError, PublishError
+from ingest.errors import IdInUse, LimitExceeded, NotFound, PermanentError, PublishError
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(NotFound, _not_found)
     app.add_exception_handler(ValueError, _bad_value)
     app.add_exception_handler(PermanentError, _permanent)
+    app.add_exception_handler(IdInUse, _permanent)  # a conflict, not a malformed request
     app.add_exception_handler(PublishError, _publish)
     for cls in (*RETRYABLE_REDIS_ERRORS, *RETRYABLE_DB_ERRORS):
         app.add_exception_handler(cls, _unavailable)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from db.database import unit
-from db.models import DONE, QUEUED, RUNNING, Task
+from db.models import DONE, QUEUED, RUNNING, Document, KnowledgeBase, Task
+from ingest.client import Client
+from ingest.errors import IdInUse, NotFound
 from ingest.producer import enqueue_tasks, task_message
 from tests.ingest.factories import stream_messages
 
@@ -93,3 +95,41 @@ def test_a_payload_given_is_merged_into_the_message_not_nested(settings, rclient
     assert task_message(row) == message  # a re-publish rebuilds it
     with pytest.raises(ValueError, match="payload is a mapping"):
         enqueue_tasks(settings, [{"task_type": "memory", "payload": '{"memory_id": "m"}'}])
+
+
+def test_another_tenant_s_task_id_document_or_knowledge_base_is_refused_and_nothing_written(
+    settings, rclient, keys
+):
+    """Every caller (the Client, the CLI, the HTTP API) goes through enqueue_tasks: a finished
+    task of another tenant is not taken over by naming its id, whatever the case of the name."""
+    (theirs,) = enqueue_tasks(settings, [{"task_type": "memory", "tenant_id": "globex", "memory_id": "m"}])
+    with unit():
+        Task.update(status=DONE, progress=1.0).where(Task.id == theirs).execute()
+    with unit():
+        kb = KnowledgeBase.create(
+            id="k" * 32, name="theirs", tenant_id="globex", create_time=0, update_time=0
+        )
+        doc = Document.create(
+            id="d" * 32, kb_id=kb.id, tenant_id="globex", name="t.txt", create_time=0, update_time=0
+        )
+    for tenant in ("acme", "GLOBEX"):
+        with pytest.raises(IdInUse, match="already in use"):
+            enqueue_tasks(
+                settings, [{"id": theirs, "task_type": "memory", "tenant_id": tenant, "memory_id": "x"}]
+            )
+        with pytest.raises(NotFound, match="no such document"):
+            enqueue_tasks(settings, [{"doc_id": doc.id, "tenant_id": tenant}])
+        with pytest.raises(NotFound, match="no such knowledge base"):
+            enqueue_tasks(settings, [{"kb_id": kb.id, "task_type": "memory", "tenant_id": tenant}])
+    with unit():
+        row = Task.get_by_id(theirs)
+        assert (row.tenant_id, row.status, row.payload) == ("globex", DONE, {"memory_id": "m"})
+        assert Task.select().count() == 1
+    client = Client(settings, tenant="acme")
+    try:
+        with pytest.raises(IdInUse):
+            client.submit_tasks([{"id": theirs, "task_type": "memory", "memory_id": "evil"}])
+    finally:
+        client.close()
+    # its own tenant may run it again
+    assert enqueue_tasks(settings, [{"id": theirs, "task_type": "memory", "tenant_id": "globex"}]) == [theirs]

@@ -120,3 +120,15 @@ def test_the_cli_sets_shows_and_resets_limits_and_fleet_shows_tenants(settings, 
     assert main(["status", *args]) == 0
     assert "acme" in capsys.readouterr().out
     assert [s.tenant_id for s in standings(settings)] == ["acme"]
+
+
+def test_the_same_tasks_sent_again_at_the_cap_are_not_refused(settings, rclient, keys):
+    """A client retrying a call that timed out sends the same ids: the unfinished ones are left
+    as they are, so they add nothing to the count."""
+    set_limits(settings, "small", {"max_queued": 2})
+    tasks = [{"id": f"{i}" * 32, "task_type": "noop", "tenant_id": "small"} for i in (1, 2)]
+    assert enqueue_tasks(settings, tasks) == [t["id"] for t in tasks]
+    assert enqueue_tasks(settings, tasks) == [t["id"] for t in tasks]
+    assert _written(rclient, keys, "small")[0] == 2
+    with pytest.raises(TenantQueueFull):  # one new task still passes the cap
+        enqueue_tasks(settings, [*tasks, {"task_type": "noop", "tenant_id": "small"}])
