@@ -27,7 +27,7 @@ from db.models import (
     Task,
     now_ms,
 )
-from ingest import ids, vectors
+from ingest import ids, tenants, vectors
 from ingest.documents import lock_documents, recompute_documents
 from ingest.errors import NotFound
 from ingest.lines import appended
@@ -189,7 +189,9 @@ def retry(
 ) -> RetryResult:
     """Re-queue failed, dead or cancelled tasks (a task, a document's current generation, or
     with ``failed=True`` every failed or dead task of a current generation), then publish them.
-    With ``tenant_id``, only that tenant's task or document (another's reads as not found)."""
+    With ``tenant_id``, only that tenant's task or document (another's reads as not found), and
+    held to its queued cap as a submit is (:class:`TenantQueueFull`, nothing re-queued); an
+    operator's retry (no ``tenant_id``) is not."""
     if (id_ is None) == (not failed):
         raise ValueError("retry takes a task or document id, or failed=True, not both")
     init_database(settings.db_url)
@@ -201,11 +203,20 @@ def retry(
             assert id_ is not None
             candidates = _retry_candidates(id_, skipped, tenant_id)
         doc_ids = sorted({d for _, d in candidates if d})
+    cap: tuple[str, tenants.Limits] | None = None
+    if tenant_id is not None and candidates:
+        cap = (tenant_id, tenants.precheck_queue(settings, tenant_id, lambda: len(candidates)))
+        if cap[1].max_queued:
+            tenants.ensure_row(tenant_id)
     with unit():
+        if cap is not None:
+            tenants.lock_queue(*cap)  # first, as a submit takes it
         lock_documents(doc_ids)
         rows = requeue_rows(
             [tid for tid, _ in candidates], RETRYABLE_STATES, lambda _: "re-queued by retry", retried=True
         )
+        if cap is not None:
+            tenants.check_queue(*cap, len(rows))
         recompute_documents(doc_ids)
     published = publish_messages(settings, [task_message(r) for r in rows], requeue=True)
     return RetryResult(task_ids=[r["id"] for r in rows], published=published.sent, skipped=skipped)

@@ -6,8 +6,9 @@ import peewee
 import pytest
 
 from db.database import unit
-from db.models import DocumentBlob, Task, Tenant
+from db.models import CANCELLED, DocumentBlob, Task, Tenant
 from ingest.cli import main
+from ingest.control import cancel, retry
 from ingest.errors import SubmissionTooLarge, TenantQueueFull
 from ingest.producer import enqueue_tasks, submit_documents
 from ingest.tenants import limits_of, set_limits, standings
@@ -132,3 +133,21 @@ def test_the_same_tasks_sent_again_at_the_cap_are_not_refused(settings, rclient,
     assert _written(rclient, keys, "small")[0] == 2
     with pytest.raises(TenantQueueFull):  # one new task still passes the cap
         enqueue_tasks(settings, [*tasks, {"task_type": "noop", "tenant_id": "small"}])
+
+
+def test_a_tenant_s_retry_is_held_to_its_queued_cap_and_an_operator_s_is_not(settings, rclient, keys):
+    set_limits(settings, "acme", {"max_queued": 2})
+    first = submit_documents(settings, [("a.txt", b"one"), ("b.txt", b"two")], "kb", tenant_id="acme")
+    doc_ids = [d.id for d in first.documents]
+    for doc_id in doc_ids:
+        cancel(settings, doc_id, tenant_id="acme")
+    submit_documents(settings, [("c.txt", b"three"), ("d.txt", b"four")], "kb", tenant_id="acme")
+    before = _written(rclient, keys, "acme")
+    with pytest.raises(TenantQueueFull) as refused:
+        retry(settings, doc_ids[0], tenant_id="acme")
+    assert (refused.value.count, refused.value.adding) == (2, 1)
+    assert _written(rclient, keys, "acme") == before
+    with unit():
+        assert Task.get_by_id(first.task_ids[0]).status == CANCELLED  # nothing re-queued
+    # the operator (no tenant) re-queues past the cap: a repair, not a tenant's submission
+    assert retry(settings, doc_ids[0]).task_ids == [first.task_ids[0]]
