@@ -23,12 +23,14 @@ from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 
 import peewee
+import redis
 
 from db.bulk import bulk_insert_into_db
 from db.config import Settings
 from db.database import connection, init_database, lock_for_update, unit
 from db.keys import check_tenant
 from db.models import DONE, QUEUED, UNFINISHED_STATES, Document, KnowledgeBase, Task, now_ms
+from db.streams import connect
 from ingest import ids, tenants
 from ingest.control import (
     cancel,
@@ -45,7 +47,7 @@ from ingest.errors import IdInUse, NotFound, PublishError, SubmitBusy, TenantQue
 from ingest.lines import line
 from ingest.parser_config import DEFAULT_PARSER_CONFIG, document_config, new_kb_config
 from ingest.pdfpages import PageCounter
-from ingest.publish import publish_messages, task_message
+from ingest.publish import announce_ends, publish_messages, task_message
 from ingest.reuse import apply_reuse
 from ingest.sources import Refusal, Source, read_sources, source_names
 from ingest.storage import Storage, location_for, open_storage
@@ -129,6 +131,7 @@ class _Plan:
     messages: list[dict[str, Any]]
     cancelled: list[str]
     cancelled_rows: list[dict[str, Any]]  # what their results need
+    reused_rows: list[dict[str, Any]]  # tasks done at submit (digest reuse): their results too
     obsolete_locations: list[str]
     reused: int
 
@@ -226,7 +229,33 @@ def submit_documents(
         raise
     finally:
         _delete_bytes(settings, plan.obsolete_locations)
+        _announce_reused(settings, plan.reused_rows)
     return dataclasses.replace(result, published=published.sent)
+
+
+def _announce_reused(settings: Settings, rows: list[dict[str, Any]]) -> None:
+    """Tasks done at submit end as an executor's would: a result and a completion event each.
+    Their rows are committed: a Redis that cannot take the announcement is logged, not raised
+    (the row is the truth; ``ingest status`` and the task's page show it done)."""
+    if not rows:
+        return
+    try:
+        client = connect(settings)
+        try:
+            announce_ends(
+                settings,
+                client,
+                rows,
+                DONE,
+                "",
+                chunk_counts={r["id"]: len(r["chunk_ids"].split()) for r in rows},
+            )
+        finally:
+            client.close()
+    except redis.RedisError as exc:
+        log.warning(
+            "the results of %d task(s) done at submit (digest reuse) were not announced: %s", len(rows), exc
+        )
 
 
 def _new_documents(kb: str, names: Sequence[str]) -> int:
@@ -446,6 +475,7 @@ def _write_rows(spec: _Spec, staged: list[_Staged]) -> _Plan:
         messages=[task_message(t) for t in all_tasks if t["status"] == QUEUED],
         cancelled=cancelled,
         cancelled_rows=ended_rows(cancelled),
+        reused_rows=[t for t in all_tasks if t["status"] == DONE],
         obsolete_locations=obsolete,
         reused=sum(d.reused for d in documents),
     )

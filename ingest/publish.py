@@ -88,10 +88,16 @@ def send_cancels(
 
 
 def announce_ends(
-    settings: Settings, client: redis.Redis, rows: Sequence[Mapping[str, Any]], status: str, error: str
+    settings: Settings,
+    client: redis.Redis,
+    rows: Sequence[Mapping[str, Any]],
+    status: str,
+    error: str,
+    *,
+    chunk_counts: Mapping[str, int] | None = None,
 ) -> None:
-    """Rows made terminal outside an executor (a cancel): their results and completion events,
-    each written once (``db.results``)."""
+    """Rows made terminal outside an executor (a cancel, a digest reuse at submit): their
+    results and completion events, each written once (``db.results``)."""
     if not rows:
         return
     results = Results(client, Keys(settings.key_prefix))
@@ -107,7 +113,13 @@ def announce_ends(
                         "status": status,
                         "progress": -1.0,
                     },
-                    result_record(r, status, error=error, finished_at=now),
+                    result_record(
+                        r,
+                        status,
+                        chunk_count=(chunk_counts or {}).get(str(r["id"]), 0),
+                        error=error,
+                        finished_at=now,
+                    ),
                 )
                 for r in chunk
             ],

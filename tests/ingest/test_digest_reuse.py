@@ -3,8 +3,11 @@ done at once, chunks moved to the new generation, no message published."""
 
 from __future__ import annotations
 
+import orjson
+
 from db.database import unit
 from db.models import DONE, QUEUED, Chunk, Document, Task
+from db.results import Results
 from ingest import ids
 from ingest.parser_config import DEFAULT_PARSER_CONFIG
 from ingest.producer import NO_PAGE_LIMIT, submit_documents
@@ -31,6 +34,24 @@ def test_same_content_reuses_done_tasks_and_publishes_nothing(settings, rclient,
     assert "took over 3 chunk(s)" in task.progress_msg
     assert row.run == DONE and row.generation == 2 and row.chunk_num == 3
     assert sorted(c.id for c in chunks) == sorted(chunk_ids) and {c.generation for c in chunks} == {2}
+
+
+def test_a_task_done_at_submit_has_its_result_and_its_completion_event(settings, rclient, keys):
+    """As an executor's end: ``Client.result`` and ``GET …/result`` find it, a watcher hears it."""
+    first = submit_documents(settings, [("a.txt", b"same text")], "kb1")
+    finish_task(first.documents[0].task_ids[0], chunks=3)
+    ack_all(rclient, keys)
+    events = rclient.pubsub()
+    events.subscribe(keys.updates)
+    assert events.get_message(timeout=5)["type"] == "subscribe"
+    second = submit_documents(settings, [("a.txt", b"same text")], "kb1")
+    (task_id,) = second.documents[0].task_ids
+    result = Results(rclient, keys).fetch(task_id, tenant_id="default", single_use=False, removal_delay_s=1)
+    assert result is not None
+    assert (result["status"], result["chunk_count"], result["doc_id"]) == (DONE, 3, second.documents[0].id)
+    event = orjson.loads(events.get_message(timeout=5)["data"])
+    assert (event["task_id"], event["status"]) == (task_id, DONE)
+    events.close()
 
 
 def test_a_partly_done_pdf_reuses_the_done_ranges_and_queues_the_rest(settings, rclient, keys):
