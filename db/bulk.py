@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+import orjson
 import peewee
 
 from db.database import database, is_mysql, unit
 from db.models import now_ms
 
 BATCH_SIZE = 1000
+# A batch is cut before its rows' text passes this, whatever their count: one INSERT is one
+# packet, and MySQL refuses one over max_allowed_packet (16 MiB by default).
+BATCH_BYTES = 4 << 20
 _KEEP_ON_CONFLICT = frozenset({"create_time", "create_date"})
 
 
@@ -49,8 +53,7 @@ def bulk_insert_into_db(
     preserve = [fields[c] for c in columns if c not in _KEEP_ON_CONFLICT and not fields[c].primary_key]
     conflict_target = [f for f in model._meta.get_primary_keys()]
     written = 0
-    for start in range(0, len(prepared), batch_size):
-        batch = prepared[start : start + batch_size]
+    for batch in _batches(prepared, batch_size):
         with unit():
             query = model.insert_many(batch)
             if replace_on_conflict:
@@ -61,6 +64,30 @@ def bulk_insert_into_db(
             query.execute()
         written += len(batch)
     return written
+
+
+def _batches(rows: list[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
+    """``rows`` in runs of at most ``size`` rows and :data:`BATCH_BYTES` of text (a row over it
+    goes alone)."""
+    batch: list[dict[str, Any]] = []
+    text = 0
+    for row in rows:
+        n = sum(_text_bytes(v) for v in row.values())
+        if batch and (len(batch) >= size or text + n > BATCH_BYTES):
+            yield batch
+            batch, text = [], 0
+        batch.append(row)
+        text += n
+    if batch:
+        yield batch
+
+
+def _text_bytes(value: Any) -> int:
+    if isinstance(value, (str, bytes)):
+        return len(value)
+    if isinstance(value, (dict, list)):
+        return len(orjson.dumps(value))
+    return 0
 
 
 def create_tables(models: Iterable[type[peewee.Model]]) -> None:

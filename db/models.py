@@ -52,6 +52,13 @@ class JSONField(peewee.TextField):
         return orjson.loads(value)
 
 
+class LongJSONField(JSONField):
+    """JSON of no fixed bound (MySQL's TEXT holds 64 KiB): a task's payload (a memory message of
+    up to a million characters), a handler's result, a dataflow's DSL."""
+
+    field_type = "LONGTEXT"
+
+
 class BaseModel(peewee.Model):
     class Meta:
         database = database
@@ -148,8 +155,8 @@ class Task(BaseModel):
     digest = peewee.CharField(max_length=32, default="")
     strike_id = peewee.IntegerField(default=0)  # the strike rule holding this task (status held)
     chunk_ids = LongTextField(default="")  # space-separated
-    payload = JSONField(null=True)  # the type's own context (memory / dataflow), re-sent on publish
-    result = JSONField(null=True)  # what the handler returned beyond chunks (a debug run's outputs)
+    payload = LongJSONField(null=True)  # the type's own context (memory / dataflow), re-sent on publish
+    result = LongJSONField(null=True)  # what the handler returned beyond chunks (a debug run's outputs)
     begin_at = peewee.BigIntegerField(null=True)
     process_duration = peewee.FloatField(default=0.0)
     create_time = peewee.BigIntegerField(default=now_ms)
@@ -205,7 +212,7 @@ class Dataflow(BaseModel):
     id = peewee.CharField(max_length=32, primary_key=True)  # from tenant + name + DSL
     tenant_id = peewee.CharField(max_length=64, default="default")
     name = peewee.CharField(max_length=128)
-    dsl = JSONField()
+    dsl = LongJSONField()
     create_time = peewee.BigIntegerField(default=now_ms)
     update_time = peewee.BigIntegerField(default=now_ms)
 

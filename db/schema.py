@@ -10,7 +10,10 @@ from playhouse.migrate import MySQLMigrator, SqliteMigrator, migrate
 from db.database import create_database_if_missing, database, init_database, is_mysql, unit
 from db.models import ALL_MODELS, SchemaVersion
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+# Version 3: task.payload, task.result and dataflow.dsl widened from TEXT to LONGTEXT (a
+# payload over 64 KiB, e.g. a long memory message, was refused by the database at submit).
+_LONG_TYPES = {"LONGTEXT": ("tinytext", "text", "mediumtext"), "LONGBLOB": ("tinyblob", "blob", "mediumblob")}
 # Indexes an older schema had and this one dropped, by table. Version 2: task (status) and
 # task (update_time), which (status, update_time) makes redundant; each one was an index entry
 # moved on every claim and every finish (MariaDB's CPU a no-op task -17 %, bench/README.md).
@@ -26,6 +29,7 @@ class InitReport:
     added_columns: list[str] = field(default_factory=list)
     added_indexes: list[str] = field(default_factory=list)
     dropped_indexes: list[str] = field(default_factory=list)
+    widened_columns: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -35,6 +39,7 @@ class InitReport:
             or self.added_columns
             or self.added_indexes
             or self.dropped_indexes
+            or self.widened_columns
         )
 
 
@@ -64,13 +69,21 @@ def init_schema(db_url: str) -> InitReport:
 
 def _bring_up_to_date(db: peewee.Database, model: type[peewee.Model], report: InitReport) -> None:
     table = model._meta.table_name
-    have = {c.name for c in db.get_columns(table)}
+    have = {c.name: c.data_type.lower() for c in db.get_columns(table)}
     migrator = MySQLMigrator(db) if is_mysql() else SqliteMigrator(db)
     ops = []
     for fld in model._meta.fields.values():
         if fld.column_name not in have:
             ops.append(migrator.add_column(table, fld.column_name, fld))
             report.added_columns.append(f"{table}.{fld.column_name}")
+        elif is_mysql() and have[fld.column_name] in _LONG_TYPES.get(fld.field_type, ()):
+            # SQLite's TEXT has no bound: only MySQL's columns are widened (by hand: peewee's
+            # alter_column_type names the column twice on MySQL)
+            db.execute_sql(
+                f"ALTER TABLE `{table}` MODIFY `{fld.column_name}` {fld.field_type}"
+                f" {'NULL' if fld.null else 'NOT NULL'}"
+            )
+            report.widened_columns.append(f"{table}.{fld.column_name}")
     if ops:
         migrate(*ops)
     have_indexes = {i.name: bool(i.unique) for i in db.get_indexes(table)}

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 
+import orjson
 import peewee
 import redis
 
@@ -663,6 +664,11 @@ _TASK_COLUMNS = frozenset(
 )
 
 
+# A task's own fields (its row's payload, re-sent in its message): a memory message of a
+# million characters fits; the database's packet (16 MiB by default) and Redis's memory bound it.
+MAX_PAYLOAD_BYTES = 8 << 20
+
+
 def enqueue_tasks(settings: Settings, tasks: Sequence[Mapping[str, Any]]) -> list[str]:
     """Write one queued row per task, then publish one message each; returns the task ids.
 
@@ -683,6 +689,7 @@ def enqueue_tasks(settings: Settings, tasks: Sequence[Mapping[str, Any]]) -> lis
             raise ValueError(f"a task's payload is a mapping of message fields, not {type(context).__name__}")
         extras = {k: v for k, v in task.items() if k not in _TASK_COLUMNS}
         payload = {**(context or {}), **extras} or None
+        _check_payload(payload)
         if task.get("id"):
             given.append(str(task["id"]))
         rows.append(
@@ -737,6 +744,19 @@ def enqueue_tasks(settings: Settings, tasks: Sequence[Mapping[str, Any]]) -> lis
             tenants.check_queue(t, limits[t], sum(r["tenant_id"] == t for r in fresh))
     publish_messages(settings, [task_message(r) for r in rows])
     return [r["id"] for r in rows]
+
+
+def _check_payload(payload: dict[str, Any] | None) -> None:
+    """A payload the row and the message can carry: JSON (orjson's: integers of 64 bits) of at
+    most :data:`MAX_PAYLOAD_BYTES`; else ``ValueError`` (HTTP 422) before anything is written."""
+    if payload is None:
+        return
+    try:
+        size = len(orjson.dumps(payload))
+    except TypeError as exc:  # orjson.JSONEncodeError
+        raise ValueError(f"a task's fields must be JSON: {exc}") from None
+    if size > MAX_PAYLOAD_BYTES:
+        raise ValueError(f"a task's fields take {size} bytes as JSON, over the {MAX_PAYLOAD_BYTES} allowed")
 
 
 def _check_owned(rows: list[dict[str, Any]], given: list[str]) -> None:

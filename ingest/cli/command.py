@@ -56,6 +56,7 @@ def cmd_init(settings: Settings, args: argparse.Namespace) -> int:
         "added_columns": report.added_columns,
         "added_indexes": report.added_indexes,
         "dropped_indexes": report.dropped_indexes,
+        "widened_columns": report.widened_columns,
         "created_groups": missing,
         "changed": report.changed or bool(missing),
     }

@@ -38,6 +38,9 @@ def init_report(console: Console, data: dict[str, Any], *, group: str) -> None:
     for name in data["added_indexes"]:
         console.print(f"added index {name}")
         said = True
+    for name in data.get("widened_columns", ()):
+        console.print(f"widened column {name} (LONGTEXT)")
+        said = True
     for name in data.get("dropped_indexes", ()):
         console.print(f"dropped index {name} (retired by this version)")
         said = True

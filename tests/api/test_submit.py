@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from db.config import Settings
+from ingest.producer import MAX_PAYLOAD_BYTES, _check_payload
 from ingest.tenants import set_limits
 from tests.api.conftest import OPEN_MAX_REQUEST_BYTES
 from tests.api.support import ADMIN_KEY, ApiServer, new_tenant
@@ -102,3 +105,18 @@ def test_a_tenants_limit_refuses_with_429(keyed: ApiServer, api_settings: Settin
         assert r.status_code == 429 and r.json()["error"] == "TenantQueueFull"
         r = c.post("/v1/documents", data={"kb": "k"}, files=[("files", ("c.txt", b"three"))])
         assert r.status_code == 429 and "retry-after" in r.headers
+
+
+def test_a_long_memory_message_is_taken_and_fields_json_cannot_carry_are_a_422(keyed: ApiServer):
+    """A payload over TEXT's 64 KiB is stored whole; an integer past 64 bits or a payload over
+    MAX_PAYLOAD_BYTES is refused with a 422 that says why (they were 500s)."""
+    long = "word " * 14_000  # 70,000 characters
+    with keyed.client(key=ADMIN_KEY, tenant=new_tenant()) as c:
+        r = c.post("/v1/tasks", json={"tasks": [{"task_type": "memory", "message_dict": {"content": long}}]})
+        assert r.status_code == 201, r.text
+        row = c.get(f"/v1/tasks/{r.json()['task_ids'][0]}").json()["task"]
+        assert row["payload"]["message_dict"]["content"] == long
+        r = c.post("/v1/tasks", json={"tasks": [{"task_type": "memory", "n": 10**20}]})
+        assert r.status_code == 422 and "must be JSON" in r.json()["detail"], r.text
+    with pytest.raises(ValueError, match="over the"):
+        _check_payload({"content": "x" * (MAX_PAYLOAD_BYTES + 1)})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from db.bulk import bulk_insert_into_db
+from db.bulk import _batches, bulk_insert_into_db
 from db.database import init_database, unit
 from db.models import Task
 
@@ -38,3 +38,14 @@ def test_without_replace_a_conflict_raises(any_db):
     bulk_insert_into_db(Task, [{"id": "x"}])
     with pytest.raises(Exception):  # noqa: B017 - IntegrityError from either driver
         bulk_insert_into_db(Task, [{"id": "x"}])
+
+
+def test_rows_larger_than_one_packet_in_all_go_in_batches_cut_by_bytes(any_db):
+    """Twenty tasks of 1 MB each are 20 MB: one INSERT would pass MySQL's max_allowed_packet
+    (16 MiB by default), so the batch is cut by the rows' text, not only their count."""
+    text = "x" * 1_000_000
+    rows = [{"id": f"big{i:02d}", "payload": {"content": text}} for i in range(20)]
+    assert [len(b) for b in _batches(rows, 1000)] == [4, 4, 4, 4, 4]
+    assert bulk_insert_into_db(Task, rows) == 20
+    with unit():
+        assert Task.get_by_id("big19").payload == {"content": text}

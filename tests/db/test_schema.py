@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from db.database import init_database, unit
+from db.models import Task
 from db.schema import init_schema
 
 
@@ -62,4 +63,26 @@ def test_init_drops_the_indexes_this_version_retired(settings, capsys):
     with unit():
         names = {i.name for i in db.get_indexes("task")}
     assert not names & {"task_status", "task_update_time"} and "task_status_update_time" in names
+    assert not init_schema(settings.db_url).changed
+
+
+def test_init_widens_the_text_columns_this_version_made_longtext(settings, capsys):
+    # version 2's task.payload was TEXT (64 KiB): a long memory message was refused at submit
+    from ingest.cli import main
+    from tests.ingest.factories import cli_args
+
+    db = init_database(settings.db_url)
+    with unit():
+        db.execute_sql("ALTER TABLE task MODIFY payload TEXT NULL")
+        db.execute_sql("ALTER TABLE dataflow MODIFY dsl TEXT NOT NULL")
+        Task.insert(id="t1", payload={"a": 1}, create_time=0, update_time=0).execute()
+    assert main([*cli_args(settings), "init"]) == 0
+    out = capsys.readouterr().out
+    assert "widened column task.payload (LONGTEXT)" in out and "widened column dataflow.dsl" in out
+    with unit():
+        types = {c.name: c.data_type.lower() for c in db.get_columns("task")}
+        (payload,) = db.execute_sql("SELECT payload FROM task WHERE id = 't1'").fetchone()
+        nullable = {c.name: c.null for c in db.get_columns("dataflow")}
+    assert types["payload"] == "longtext" and types["result"] == "longtext"
+    assert payload == '{"a":1}' and nullable["dsl"] is False
     assert not init_schema(settings.db_url).changed
