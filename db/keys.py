@@ -9,7 +9,7 @@ PRIORITIES = (1, 0)  # read order: high first
 REQUEUE_TTL_S = 7 * 86400  # a re-queue waiting for an ack that never comes (its entry lost)
 DEFAULT_TENANT = "default"
 # A tenant id goes into key names: letters, digits and ``._@-``, 1 to 64 of them.
-_TENANT_ID = re.compile(r"^[A-Za-z0-9._@-]{1,64}$")
+_TENANT_ID = re.compile(r"[A-Za-z0-9._@-]{1,64}")  # whole (fullmatch: "$" let a newline end one)
 
 
 CANCEL_ANY = "*"  # a cancel request of a task whose attempt is unknown (its row is gone)
@@ -31,7 +31,7 @@ def cancels(value: str | None, attempt: int) -> bool:
 
 def check_tenant(tenant_id: object) -> str:
     """``tenant_id`` if it is a valid tenant id, else ``ValueError`` naming the rule."""
-    if not isinstance(tenant_id, str) or not _TENANT_ID.match(tenant_id):
+    if not isinstance(tenant_id, str) or not _TENANT_ID.fullmatch(tenant_id):
         raise ValueError(f"a tenant id has 1 to 64 letters, digits or ._@- characters, not {tenant_id!r}")
     return tenant_id
 

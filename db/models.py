@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import peewee
 
-from db.database import database
+from db.database import database, is_mysql
 
 QUEUED, RUNNING, DONE, FAILED, CANCELLED, HELD, DEAD = (
     "queued",
@@ -59,6 +59,25 @@ class LongJSONField(JSONField):
     field_type = "LONGTEXT"
 
 
+# Tenant ids compare as Python and Redis compare them, byte for byte: under the database's
+# case-insensitive default, "acme" would read "ACME"'s rows and share its queued cap.
+TENANT_COLLATION = "utf8mb4_bin"
+
+
+class TenantIdField(peewee.CharField):
+    """A tenant id (``db.keys.check_tenant``): compared exactly on MySQL too."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("max_length", 64)
+        super().__init__(**kwargs)
+
+    def ddl(self, ctx: Any) -> Any:
+        # a collation only MySQL knows (SQLite's default, BINARY, is exact already); the
+        # database is known only when a table is created, not when the model is defined
+        self.collation = TENANT_COLLATION if is_mysql() else None
+        return super().ddl(ctx)
+
+
 class BaseModel(peewee.Model):
     class Meta:
         database = database
@@ -70,7 +89,7 @@ class BaseModel(peewee.Model):
 
 class KnowledgeBase(BaseModel):
     id = peewee.CharField(max_length=32, primary_key=True)
-    tenant_id = peewee.CharField(max_length=64, default="default")
+    tenant_id = TenantIdField(default="default")
     name = peewee.CharField(max_length=128)
     parser_config = JSONField(default=dict)
     embedding_model = peewee.CharField(max_length=512, default="")
@@ -93,7 +112,7 @@ class KnowledgeBase(BaseModel):
 class Document(BaseModel):
     id = peewee.CharField(max_length=32, primary_key=True)  # derived from kb id + name
     kb_id = peewee.CharField(max_length=32, index=True)
-    tenant_id = peewee.CharField(max_length=64, default="default")
+    tenant_id = TenantIdField(default="default")
     name = peewee.CharField(max_length=255)
     doc_type = peewee.CharField(max_length=16, default="")  # extension without the dot
     size = peewee.BigIntegerField(default=0)
@@ -136,7 +155,7 @@ class Task(BaseModel):
     id = peewee.CharField(max_length=32, primary_key=True)
     doc_id = peewee.CharField(max_length=32, index=True, default="")
     kb_id = peewee.CharField(max_length=32, default="")
-    tenant_id = peewee.CharField(max_length=64, default="default")
+    tenant_id = TenantIdField(default="default")
     task_type = peewee.CharField(max_length=32, default="parse")
     priority = peewee.IntegerField(default=0)
     from_page = peewee.IntegerField(default=0)
@@ -210,7 +229,7 @@ class Dataflow(BaseModel):
     """A named pipeline: a DSL document (a graph of components, ``ingest.dataflow.dsl``)."""
 
     id = peewee.CharField(max_length=32, primary_key=True)  # from tenant + name + DSL
-    tenant_id = peewee.CharField(max_length=64, default="default")
+    tenant_id = TenantIdField(default="default")
     name = peewee.CharField(max_length=128)
     dsl = LongJSONField()
     create_time = peewee.BigIntegerField(default=now_ms)
@@ -225,7 +244,7 @@ class MemoryMessage(BaseModel):
     """One conversation message of a memory, with its embedding (``ingest.memory``)."""
 
     id = peewee.CharField(max_length=32, primary_key=True)  # from tenant + memory id + source id
-    tenant_id = peewee.CharField(max_length=64, default="default")  # memory ids are per tenant
+    tenant_id = TenantIdField(default="default")  # memory ids are per tenant
     memory_id = peewee.CharField(max_length=64)
     source_id = peewee.CharField(max_length=128)
     role = peewee.CharField(max_length=16)
@@ -267,7 +286,7 @@ class Tenant(BaseModel):
     """A tenant's limit overrides (NULL: the setting's default applies, so a changed default
     reaches every tenant that has no override); also the row a submit locks to count its queue."""
 
-    id = peewee.CharField(max_length=64, primary_key=True)
+    id = TenantIdField(primary_key=True)
     max_running = peewee.IntegerField(null=True)  # tasks running at once, fleet-wide; 0 = paused
     max_queued = peewee.IntegerField(null=True)  # unfinished tasks; 0 = no cap
     max_docs = peewee.IntegerField(null=True)  # documents per submission; 0 = no cap

@@ -8,11 +8,12 @@ import peewee
 from playhouse.migrate import MySQLMigrator, SqliteMigrator, migrate
 
 from db.database import create_database_if_missing, database, init_database, is_mysql, unit
-from db.models import ALL_MODELS, SchemaVersion
+from db.models import ALL_MODELS, TENANT_COLLATION, SchemaVersion, TenantIdField
 
 SCHEMA_VERSION = 3
 # Version 3: task.payload, task.result and dataflow.dsl widened from TEXT to LONGTEXT (a
-# payload over 64 KiB, e.g. a long memory message, was refused by the database at submit).
+# payload over 64 KiB, e.g. a long memory message, was refused by the database at submit);
+# every tenant id column compared exactly (``TENANT_COLLATION``: "acme" read "ACME"'s rows).
 _LONG_TYPES = {"LONGTEXT": ("tinytext", "text", "mediumtext"), "LONGBLOB": ("tinyblob", "blob", "mediumblob")}
 # Indexes an older schema had and this one dropped, by table. Version 2: task (status) and
 # task (update_time), which (status, update_time) makes redundant; each one was an index entry
@@ -30,6 +31,7 @@ class InitReport:
     added_indexes: list[str] = field(default_factory=list)
     dropped_indexes: list[str] = field(default_factory=list)
     widened_columns: list[str] = field(default_factory=list)
+    collated_columns: list[str] = field(default_factory=list)  # tenant ids made exact
 
     @property
     def changed(self) -> bool:
@@ -40,6 +42,7 @@ class InitReport:
             or self.added_indexes
             or self.dropped_indexes
             or self.widened_columns
+            or self.collated_columns
         )
 
 
@@ -86,6 +89,8 @@ def _bring_up_to_date(db: peewee.Database, model: type[peewee.Model], report: In
             report.widened_columns.append(f"{table}.{fld.column_name}")
     if ops:
         migrate(*ops)
+    if is_mysql():
+        _collate_tenant_ids(db, model, report)
     have_indexes = {i.name: bool(i.unique) for i in db.get_indexes(table)}
     for index in model._meta.fields_to_index():
         name = index._name
@@ -100,6 +105,28 @@ def _bring_up_to_date(db: peewee.Database, model: type[peewee.Model], report: In
         if name in have_indexes:
             db.execute_sql(f"DROP INDEX `{name}` ON `{table}`" if is_mysql() else f'DROP INDEX "{name}"')
             report.dropped_indexes.append(name)
+
+
+def _collate_tenant_ids(db: peewee.Database, model: type[peewee.Model], report: InitReport) -> None:
+    """Tenant id columns of an older schema (the database's case-insensitive default) made exact."""
+    table = model._meta.table_name
+    fields = [f for f in model._meta.fields.values() if isinstance(f, TenantIdField)]
+    if not fields:
+        return
+    collations = dict(
+        db.execute_sql(
+            "SELECT COLUMN_NAME, COLLATION_NAME FROM information_schema.COLUMNS"
+            " WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",
+            (table,),
+        ).fetchall()
+    )
+    for fld in fields:
+        if collations.get(fld.column_name) not in (None, TENANT_COLLATION):
+            db.execute_sql(
+                f"ALTER TABLE `{table}` MODIFY `{fld.column_name}` VARCHAR({fld.max_length}) NOT NULL"
+                f" COLLATE {TENANT_COLLATION}"
+            )
+            report.collated_columns.append(f"{table}.{fld.column_name}")
 
 
 FULLTEXT = ("chunk", "chunk_content_ft", "content")  # keyword search (ingest.keywords)

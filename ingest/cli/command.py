@@ -57,6 +57,7 @@ def cmd_init(settings: Settings, args: argparse.Namespace) -> int:
         "added_indexes": report.added_indexes,
         "dropped_indexes": report.dropped_indexes,
         "widened_columns": report.widened_columns,
+        "collated_columns": report.collated_columns,
         "created_groups": missing,
         "changed": report.changed or bool(missing),
     }

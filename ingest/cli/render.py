@@ -38,6 +38,9 @@ def init_report(console: Console, data: dict[str, Any], *, group: str) -> None:
     for name in data["added_indexes"]:
         console.print(f"added index {name}")
         said = True
+    for name in data.get("collated_columns", ()):
+        console.print(f"column {name} now compares tenant ids exactly (utf8mb4_bin)")
+        said = True
     for name in data.get("widened_columns", ()):
         console.print(f"widened column {name} (LONGTEXT)")
         said = True

@@ -86,3 +86,24 @@ def test_init_widens_the_text_columns_this_version_made_longtext(settings, capsy
     assert types["payload"] == "longtext" and types["result"] == "longtext"
     assert payload == '{"a":1}' and nullable["dsl"] is False
     assert not init_schema(settings.db_url).changed
+
+
+def test_init_makes_an_older_schema_s_tenant_ids_compare_exactly(settings, capsys):
+    from ingest.cli import main
+    from tests.ingest.factories import cli_args
+
+    db = init_database(settings.db_url)
+    with unit():
+        db.execute_sql("ALTER TABLE task MODIFY tenant_id VARCHAR(64) NOT NULL COLLATE utf8mb4_unicode_ci")
+        db.execute_sql("ALTER TABLE tenant MODIFY id VARCHAR(64) NOT NULL COLLATE utf8mb4_unicode_ci")
+        Task.insert(id="t1", tenant_id="ACME", create_time=0, update_time=0).execute()
+        assert Task.select().where(Task.tenant_id == "acme").count() == 1  # the older schema's fault
+    assert main([*cli_args(settings), "init"]) == 0
+    out = capsys.readouterr().out
+    assert "column task.tenant_id now compares tenant ids exactly" in out and "column tenant.id" in out
+    with unit():
+        assert Task.select().where(Task.tenant_id == "acme").count() == 0
+        assert Task.select().where(Task.tenant_id == "ACME").count() == 1
+        indexes = {i.name for i in db.get_indexes("task")} | {i.name for i in db.get_indexes("tenant")}
+    assert {"task_tenant_id_status", "PRIMARY"} <= indexes
+    assert not init_schema(settings.db_url).changed

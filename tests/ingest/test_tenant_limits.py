@@ -7,11 +7,12 @@ import pytest
 
 from db.database import unit
 from db.models import CANCELLED, DocumentBlob, Task, Tenant
+from ingest.api.dashboard import reads
 from ingest.cli import main
 from ingest.control import cancel, retry
-from ingest.errors import SubmissionTooLarge, TenantQueueFull
+from ingest.errors import NotFound, SubmissionTooLarge, TenantQueueFull
 from ingest.producer import enqueue_tasks, submit_documents
-from ingest.tenants import limits_of, set_limits, standings
+from ingest.tenants import limits_of, set_limits, standings, unfinished_count
 from tests.helpers import waiting
 
 
@@ -89,8 +90,9 @@ def test_only_overrides_are_stored_so_a_changed_default_reaches_old_tenants(sett
 
 
 def test_a_bad_tenant_id_or_limit_is_refused(settings):
-    with pytest.raises(ValueError, match="tenant id"):
-        submit_documents(settings, [("a.txt", b"x")], "kb", tenant_id="a b:c")
+    for bad in ("a b:c", "acme\n", "", "x" * 65):
+        with pytest.raises(ValueError, match="tenant id"):
+            submit_documents(settings, [("a.txt", b"x")], "kb", tenant_id=bad)
     with pytest.raises(ValueError, match="0 or more"):
         set_limits(settings, "acme", {"max_running": -1})
     with pytest.raises(ValueError, match="unknown limit"):
@@ -151,3 +153,19 @@ def test_a_tenant_s_retry_is_held_to_its_queued_cap_and_an_operator_s_is_not(set
         assert Task.get_by_id(first.task_ids[0]).status == CANCELLED  # nothing re-queued
     # the operator (no tenant) re-queues past the cap: a repair, not a tenant's submission
     assert retry(settings, doc_ids[0]).task_ids == [first.task_ids[0]]
+
+
+def test_tenant_ids_differing_only_in_case_are_two_tenants(settings, rclient, keys):
+    """The database compares tenant ids exactly, as Python and Redis do: "acme" neither reads
+    "ACME"'s documents nor shares its queued cap or its limits row."""
+    set_limits(settings, "ACME", {"max_queued": 1})
+    theirs = submit_documents(settings, [("secret.txt", b"ACME's secret")], "kb", tenant_id="ACME")
+    submit_documents(settings, [("mine.txt", b"acme's own")], "kb", tenant_id="acme")  # not ACME's cap
+    rows, _ = reads.documents_page(settings, reads.Filters(tenant="acme"))
+    assert [(r["name"], r["tenant_id"]) for r in rows] == [("mine.txt", "acme")]
+    with unit():
+        assert unfinished_count("acme") == 1 and unfinished_count("ACME") == 1
+        assert Tenant.select().where(Tenant.id == "acme").count() == 0
+    assert limits_of(settings, "acme").max_queued != 1
+    with pytest.raises(NotFound):
+        enqueue_tasks(settings, [{"doc_id": theirs.documents[0].id, "tenant_id": "acme"}])
