@@ -9,8 +9,12 @@ following ``LIFECYCLE.md`` ("Leases, reclaim, hand-back, reconcile"):
   ``QUEUED_PAGES_PER_PASS`` pages a pass, the next pass going on from where this one stopped,
   so a lost publish behind a large healthy backlog is found within a pass or a few;
 - a row ``running`` as old, whose owner has no heartbeat and whose published key is missing,
-  goes back to ``queued`` (fenced on its attempt) and is published;
-- chunks of ``cancelled`` tasks that no live executor is running are removed;
+  goes back to ``queued`` (fenced on its attempt) and is published, once its owner has been
+  seen without a heartbeat for a heartbeat TTL (on this executor's passes, on a Redis up that
+  long): right after Redis lost its data every heartbeat is gone, and a live owner writes its
+  own again only at its next tick;
+- chunks of ``cancelled`` tasks that no live executor is running are removed (their vectors
+  too; an engine that refuses leaves them to ``ingest reindex``);
 - consumers with no pending entry and no heartbeat are removed from the group (one Lua script
   checks both, ``Streams.remove_consumers``);
 - the tenants' limit overrides are mirrored into Redis again when Redis lost them (the fair
@@ -40,6 +44,7 @@ from db.config import Settings
 from db.database import RETRYABLE_DB_ERRORS, connection, lock_for_update
 from db.gate import Gate
 from db.models import CANCELLED, QUEUED, RUNNING, Chunk, Task, now_ms
+from db.redis_client import on_node_of
 from db.streams import RETRYABLE_REDIS_ERRORS, Streams
 from executor.context import Limiters
 from executor.outage import Outage
@@ -106,6 +111,10 @@ class Reconciler:
         self.settings = settings
         self._next_prune = 0.0  # monotonic time of the next prune (0: at the first pass)
         self._queued_after: tuple[int, str] | None = None  # where the next page of queued rows starts
+        self.heartbeat_ttl_s = settings.heartbeat_ttl_s
+        # (task id, attempt) of running rows seen with no owner's heartbeat and no entry → the
+        # monotonic time of the first such sighting (only this pass's candidates are kept)
+        self._orphans_seen: dict[tuple[str, int], float] = {}
 
     async def run(self) -> None:
         while True:
@@ -249,11 +258,41 @@ class Reconciler:
         beats = self._heartbeats(owners)
         orphaned = [r for r in rows if beats.get(r["owner"]) is None]
         missing = self._without_entry([r["id"] for r in orphaned])
-        lost = [r for r in orphaned if r["id"] in missing]
+        lost = self._orphaned_for_a_ttl([r for r in orphaned if r["id"] in missing])
         if not lost:
             return []
         with connection() as db, db.atomic():
             return self._requeue(lost)
+
+    def _orphaned_for_a_ttl(self, orphans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Those of ``orphans`` seen without their owner's heartbeat for a heartbeat TTL.
+
+        A missing heartbeat means a dead owner only on a Redis that kept its data for a TTL: a
+        live owner rewrites its key at its next tick, so right after a restart without
+        persistence or a FLUSHALL every owner looks dead (LIFECYCLE: an entry Redis lost runs on
+        and finishes). A FLUSHALL leaves no trace, so the absence must be seen twice, a TTL
+        apart; a sighting counts from Redis's start at the earliest (its uptime), so a restart
+        between the two sightings restarts the wait as well."""
+        if not orphans:
+            self._orphans_seen = {}
+            return []
+        now = time.monotonic()
+        redis_since = now - self._redis_uptime_s()
+        seen = {
+            (r["id"], r["attempt"]): max(self._orphans_seen.get((r["id"], r["attempt"]), now), redis_since)
+            for r in orphans
+        }
+        self._orphans_seen = seen  # an owner back, or a row that moved on, starts afresh
+        return [r for r in orphans if now - seen[(r["id"], r["attempt"])] >= self.heartbeat_ttl_s]
+
+    def _redis_uptime_s(self) -> float:
+        """Seconds since Redis started; unknown (INFO refused or without it, as on some managed
+        services) reads as long ago, which leaves the two sightings to guard."""
+        try:
+            info = self.client.info("server", **on_node_of(self.client, self.keys.lock("reconcile")))
+        except redis.ResponseError:
+            return float("inf")
+        return float(info.get("uptime_in_seconds", float("inf")))
 
     def _requeue(self, lost: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Running → queued, fenced on the attempt seen; returns the rows that moved."""
@@ -261,7 +300,10 @@ class Reconciler:
         moved = []
         now = now_ms()
         for r in lost:
-            why = f"re-queued by the reconciler: owner {r['owner'] or '?'} has no heartbeat and the task no stream entry"
+            why = (
+                f"re-queued by the reconciler: owner {r['owner'] or '?'} has no heartbeat "
+                f"(none seen for {self.heartbeat_ttl_s:g} s) and the task no stream entry"
+            )
             matched = (
                 Task.update(
                     status=QUEUED,
@@ -337,8 +379,25 @@ class Reconciler:
             ]
             removed = Chunk.delete().where(Chunk.task_id.in_(still)).execute() if still else 0
             recompute_documents([doc for tid, doc in idle if doc and tid in still])
-        vectors.forget(task_ids=still)  # rows first, then the engine
+        self._forget(still)  # rows first, then the engine
         return int(removed)
+
+    @staticmethod
+    def _forget(task_ids: list[str]) -> None:
+        """The removed chunks' vectors out of the engine. Their rows are gone for good, and
+        search drops a hit without its row, so an engine that refuses (down, or refusing this
+        call) leaves vectors nobody finds: logged, and repaired by ``ingest reindex`` (as
+        ``finisher._forget_cancelled`` does); it must not end the pass, let alone the daemon."""
+        if not task_ids:
+            return
+        try:
+            vectors.forget(task_ids=task_ids)
+        except Exception as exc:  # noqa: BLE001 - any engine error: the rows are the record
+            log.warning(
+                "cancelled tasks' vectors not removed from the engine (ingest reindex repairs): %s: %s",
+                type(exc).__name__,
+                exc,
+            )
 
     def _idle_consumers(self) -> list[str]:
         removed: list[str] = []

@@ -134,10 +134,11 @@ class Runner:
             self.progress.close(tid)
             self.book.finish(tid)
 
-    async def _run_in_slot(self, run: Running) -> Outcome:
+    async def _run_in_slot(self, run: Running) -> Outcome | None:
         """The handler under the task limiter and the timeout. The timeout is the deadline of
         the run's own cancel scope (``fail_after`` without a second scope per task): set once
-        the slot is ours, so waiting for a slot does not count."""
+        the slot is ours, so waiting for a slot does not count. None when that scope was
+        cancelled, whatever the handler made of it."""
         claimed = run.claimed
         async with self.env.limiters.task_limiter:
             run.scope.deadline = trio.current_time() + self.timeout_s
@@ -153,6 +154,9 @@ class Runner:
                 with self.tracing.task(run, self.env.consumer):
                     result = await self._attempts(run)
             except Exception as exc:
+                if run.scope.cancel_called:
+                    self._raised_when_stopped(run, exc)
+                    return None  # run() reads why the scope was cancelled
                 return self._failed(run, describe(exc), began, exc)
             finally:
                 self.metrics.task_left_slot(claimed.task_type)
@@ -164,8 +168,12 @@ class Runner:
             try:
                 return await self.router.route(ctx)
             except Exception as exc:
-                if not retryable(unwrap(exc)) or run.retries + 1 >= self.policy.max_tries:
-                    raise
+                if (
+                    run.scope.cancel_called
+                    or not retryable(unwrap(exc))
+                    or run.retries + 1 >= self.policy.max_tries
+                ):
+                    raise  # a stopped run is not tried again (its error is not what ended it)
                 run.retries += 1
                 self.counters.retried += 1
                 self.metrics.task_retried(run.claimed.task_type)
@@ -175,6 +183,17 @@ class Runner:
                 self.progress.report(ctx.task_id, None, line)
                 log.warning("task retry: %s", line, extra=run.claimed.log_extra())
                 await trio.sleep(delay)
+
+    def _raised_when_stopped(self, run: Running, exc: Exception) -> None:
+        """The run's scope was cancelled (a stop, a cancel, the deadline) and the handler turned
+        that into an error of its own (a clean-up that failed): the stop decides the outcome, as
+        if the cancellation had come out, so a hand-back is not written as a failure for good."""
+        log.warning(
+            "task raised while being stopped (%s): %s",
+            run.stop_reason or "timed out",
+            describe(exc),
+            extra=run.claimed.log_extra(),
+        )
 
     def _context(self, run: Running) -> TaskContext:
         c = run.claimed

@@ -1,0 +1,69 @@
+"""A run whose scope is cancelled (a stop, a cancel, the deadline) ends as that stop says even
+when its handler turns the cancellation into an error of its own (a clean-up that fails): a
+hand-back stays a hand-back, a timeout a timeout, a cancel a cancel."""
+
+from __future__ import annotations
+
+import trio
+
+from db.database import unit
+from db.models import CANCELLED, FAILED, QUEUED, RUNNING, Task
+from executor.context import TaskContext
+from tests.executor.support import enqueue, row, running_daemon, task_spec
+from tests.helpers import await_until
+
+ERROR = "session close failed while cancelling"
+
+
+async def cleanup_raises(ctx: TaskContext) -> None:
+    """A handler whose clean-up on cancellation fails (closing a remote session, say)."""
+    try:
+        await trio.sleep(60)
+    except trio.Cancelled:
+        raise RuntimeError(ERROR) from None
+
+
+def _settings(xsettings, **kw):
+    extra = f"{xsettings.extra_handlers},cleanup_raises={__name__}:cleanup_raises"
+    return xsettings.replace(extra_handlers=extra, **kw)
+
+
+async def test_a_task_handed_back_at_a_stop_is_queued_again_when_its_handler_raises_as_it_stops(
+    xsettings, streams, rclient, keys, db
+):
+    (tid,) = enqueue(streams, [task_spec("cleanup_raises")])
+    async with running_daemon(_settings(xsettings, shutdown_grace_s=0.3)) as daemon:
+        await await_until(lambda: row(tid)["status"] == RUNNING, 10)
+    r = row(tid)
+    assert r["status"] == QUEUED and r["handback_count"] == 1, r["progress_msg"]
+    assert daemon.counters.handed_back == 1 and daemon.counters.failed == 0
+    assert rclient.exists(keys.published(tid))  # a fresh entry for another executor
+    for stream in (keys.queue(0), keys.backlog(0, "default")):  # nobody reads it here
+        rclient.xtrim(stream, maxlen=0)
+    rclient.delete(keys.published(tid))
+
+
+async def test_a_task_past_its_timeout_fails_as_timed_out_when_its_handler_raises_as_it_stops(
+    xsettings, streams, rclient, keys, db
+):
+    (tid,) = enqueue(streams, [task_spec("cleanup_raises")])
+    async with running_daemon(_settings(xsettings, task_timeout_s=0.5)) as daemon:
+        await await_until(lambda: row(tid)["status"] == FAILED, 10)
+        await await_until(lambda: rclient.xlen(keys.queue(0)) == 0, 5)
+        assert daemon.counters.timed_out == 1
+    assert "timed out after 0.5 s" in row(tid)["progress_msg"]
+
+
+async def test_a_cancelled_task_stays_cancelled_when_its_handler_raises_as_it_stops(
+    xsettings, streams, rclient, keys, db
+):
+    (tid,) = enqueue(streams, [task_spec("cleanup_raises")])
+    async with running_daemon(_settings(xsettings)) as daemon:
+        await await_until(lambda: row(tid)["status"] == RUNNING, 10)
+        with unit():  # as `ingest cancel` does: the row first, then the cancel key
+            Task.update(status=CANCELLED, progress=-1.0).where(Task.id == tid).execute()
+        rclient.set(keys.cancel(tid), "1", ex=60)
+        await await_until(lambda: daemon.statistics().cancelled == 1 and rclient.xlen(keys.queue(0)) == 0, 5)
+        assert daemon.counters.failed == 0
+    r = row(tid)
+    assert r["status"] == CANCELLED and ERROR not in r["progress_msg"]
