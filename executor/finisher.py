@@ -23,6 +23,7 @@ from executor.outage import Outage
 from executor.progress import append_line
 from ingest import vectors
 from ingest.documents import lock_documents, recompute_documents
+from ingest.memory import remove_cancelled_messages
 
 log = logging.getLogger("executor.finisher")
 
@@ -127,6 +128,10 @@ def _write(live: list[Outcome], doc_ids: list[str]) -> dict[str, str | None]:
     cancelled = [tid for tid, st in state.items() if st == CANCELLED]
     if cancelled:  # a cancelled run's chunks go with it
         Chunk.delete().where(Chunk.task_id.in_(cancelled)).execute()
+        # and the message a memory run created (not one it overwrote: see the function)
+        remove_cancelled_messages(
+            [o.claimed.row for o in live if o.claimed.task_type == "memory" and state[o.task_id] == CANCELLED]
+        )
     if doc_ids:
         recompute_documents(doc_ids)
     return state

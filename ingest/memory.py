@@ -6,7 +6,9 @@ becomes a ``memory`` task whose stream message carries ``memory_id``, ``source_i
 ``position``, else ``saved_at_us``, the time of the save), as the contract says. The ``memory`` handler checks it (:func:`check_message`), embeds the content
 through the executor's shared service and upserts it (:func:`store_message`) under an id derived
 from (memory id, source id): saving the same source id twice stores it once (in the place it
-first took, unless a position is given), and a redelivered message is harmless. :func:`search_memory` finds the closest messages (blockwise, with
+first took, unless a position is given), and a redelivered message is harmless. The upsert is
+fenced on the task's row like every write of a run; a task cancelled after it takes the message
+it created with it (:func:`remove_cancelled_messages`, from the finisher). :func:`search_memory` finds the closest messages (blockwise, with
 :func:`ingest.search.top_k`); :func:`conversation` returns them in order.
 
 Importing this module is light: the model is loaded only by :func:`search_memory`.
@@ -20,10 +22,10 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from db.config import Settings
-from db.database import connection, init_database, is_mysql, unit
-from db.models import MemoryMessage, now_ms
+from db.database import connection, init_database, is_mysql, lock_for_update, unit
+from db.models import RUNNING, MemoryMessage, Task, now_ms
 from ingest import ids
-from ingest.errors import PermanentError
+from ingest.errors import PermanentError, TaskLost
 
 if TYPE_CHECKING:
     import numpy as np
@@ -182,11 +184,19 @@ def save_message(
 
 
 def store_message(
-    item: MemoryItem, vector: np.ndarray, task_id: str, default_position: int, *, tenant_id: str = "default"
+    item: MemoryItem,
+    vector: np.ndarray,
+    task_id: str,
+    default_position: int,
+    *,
+    attempt: int | None = None,
+    tenant_id: str = "default",
 ) -> str:
     """Blocking, one unit of work: upsert the message with its vector into ``tenant_id``'s
     memory; returns its id. A message stored before keeps its place unless this one gives an
-    explicit position."""
+    explicit position. Fenced like every write of a run: in the same transaction the task's row
+    is locked first and must be ``running`` (under ``attempt``, when given), else
+    :class:`TaskLost` and nothing is written."""
     import numpy as np
 
     now = now_ms()
@@ -209,6 +219,7 @@ def store_message(
         columns.append("position")
     changed = [MemoryMessage._meta.fields[c] for c in columns]
     with unit():
+        _fence(task_id, attempt)  # task row before message row: the order the finisher locks in
         query = MemoryMessage.insert(**row)
         if is_mysql():
             query = query.on_conflict(preserve=changed)
@@ -216,6 +227,57 @@ def store_message(
             query = query.on_conflict(conflict_target=[MemoryMessage.id], preserve=changed)
         query.execute()
     return message_id
+
+
+def _fence(task_id: str, attempt: int | None) -> None:
+    """Lock the task's row by primary key (a cancel locks it too: either it waits for this write,
+    and the finisher then removes what it stored, or this write sees the cancel); refuse unless
+    it is running under this run (as :func:`ingest.store.store_chunks` does for chunks)."""
+    row = lock_for_update(Task.select(Task.status, Task.attempt).where(Task.id == task_id)).tuples().first()
+    if row is None:
+        raise TaskLost(f"task {task_id} no longer exists: message not stored")
+    status, current = row
+    if status != RUNNING or (attempt is not None and int(current) != int(attempt)):
+        mine = "" if attempt is None else f" under attempt {attempt}"
+        raise TaskLost(
+            f"task {task_id} is {status} (attempt {current}), not running{mine}: message not stored"
+        )
+
+
+def remove_cancelled_messages(runs: Sequence[Mapping[str, Any]]) -> int:
+    """In the caller's transaction, right after it wrote these memory tasks ``cancelled`` under
+    their runs' attempts (the finisher): remove the message each run stored; ``runs`` are their
+    claimed task rows. Returns how many rows went.
+
+    A message id is one per (tenant, memory, source id) and so is a task id made by
+    :func:`memory_task`: saving a source id again re-queues the same task (with a higher attempt)
+    and its run overwrites the message an earlier save stored. Removing that message on a late
+    cancel would destroy the earlier save, whose content is kept nowhere to restore. So only a
+    message this run created goes: still written last by this task (``task_id``) and created
+    since this run's claim (``create_time`` >= ``begin_at``, both from the executor's clock).
+    A message this run overwrote stays, with this run's content (a cancel that comes after the
+    commit undoes a first save, not a re-save); so does one first stored by an earlier attempt of
+    the same save (a run that crashed or was handed back after its commit): nothing tells it from
+    an earlier save's. By primary key: ``task_id`` has no index, and a scan would lock the table."""
+    removed = 0
+    for row in runs:
+        payload, begin_at = row.get("payload"), row.get("begin_at")
+        if not isinstance(payload, Mapping):
+            continue  # no message context: nothing was stored
+        memory_id, source_id = payload.get("memory_id"), payload.get("source_id")
+        if begin_at is None or not isinstance(memory_id, str) or not isinstance(source_id, str):
+            continue  # not claimed, or a message check_message refused: nothing was stored
+        message_id = ids.memory_message_id(memory_id, source_id, str(row.get("tenant_id") or "default"))
+        removed += (
+            MemoryMessage.delete()
+            .where(
+                (MemoryMessage.id == message_id)
+                & (MemoryMessage.task_id == row["id"])
+                & (MemoryMessage.create_time >= int(begin_at))
+            )
+            .execute()
+        )
+    return removed
 
 
 # -- read (``ingest memory search|show``) ------------------------------------------------------
@@ -281,10 +343,13 @@ def search_memory(
     block_rows: int = BLOCK_ROWS,
     tenant_id: str = "default",
 ) -> list[MemoryHit]:
-    """The ``k`` messages of ``tenant_id``'s memory ``memory_id`` closest to ``query``, best first."""
+    """The ``k`` messages of ``tenant_id``'s memory ``memory_id`` closest to ``query``, best first.
+    A blank ``query`` is refused (``ValueError``): every message is as close to it as any."""
     from ingest.query_encoder import query_encoder
     from ingest.search import top_k
 
+    if not query.strip():
+        raise ValueError("empty query")
     if k <= 0:
         return []
     init_database(settings.db_url)

@@ -59,11 +59,14 @@ def search(
     vector similarity (``dense``), by the words' full-text relevance (``keyword``), or both
     fused by reciprocal rank (``hybrid``; dense alone where the database has no full-text index).
 
-    ``k`` above ``INGEST_SEARCH_MAX_K`` is refused (``ValueError``)."""
+    ``k`` above ``INGEST_SEARCH_MAX_K`` is refused (``ValueError``), and so is a blank ``query``:
+    every chunk is as close to it as any, so its hits would be arbitrary."""
     if mode not in MODES:
         raise ValueError(f"search mode {mode!r}: use one of {', '.join(MODES)}")
     if k > settings.search_max_k:
         raise ValueError(f"-k {k} is more than {settings.search_max_k} (INGEST_SEARCH_MAX_K)")
+    if not query.strip():
+        raise ValueError("empty query")
     if k <= 0:
         return []
     init_database(settings.db_url)

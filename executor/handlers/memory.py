@@ -5,7 +5,8 @@ optionally ``position``). A message without content, with an unknown role or wit
 the task at once with the reason (:class:`~ingest.errors.PermanentError`). The content is
 embedded through the executor's shared batching service (messages of concurrent tasks share
 batches) and upserted under an id derived from (memory id, source id), so a redelivered or
-repeated message is stored once.
+repeated message is stored once. The upsert is fenced on the task's row under this run's attempt:
+a run that was cancelled or taken over stores nothing (:class:`~ingest.errors.TaskLost`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ async def memory_task(ctx: TaskContext, service: EmbeddingService) -> TaskResult
         vectors[0],
         ctx.task_id,
         int(ctx.row.get("create_time") or 0) * 1000,
+        attempt=ctx.attempt,  # fenced: a run whose row is no longer its own stores nothing
         tenant_id=str(ctx.row.get("tenant_id") or "default"),  # the row's tenant owns the memory
     )
     message_id = await trio.to_thread.run_sync(store, limiter=ctx.limiters.db_limiter)

@@ -3,6 +3,8 @@ raised MarkupError, ``[word]`` vanished) and emoji codes are printed verbatim, t
 
 from __future__ import annotations
 
+from db.database import unit
+from db.models import RUNNING, Task
 from ingest.chunking import ChunkConfig, chunk_document
 from ingest.cli import main
 from ingest.memory import check_message, store_message
@@ -19,6 +21,8 @@ def _one_line(out: str) -> str:
 
 
 def _save(memory_id: str, source_id: str, role: str, content: str, vector) -> None:
+    with unit():  # the task the message is stored for: store_message is fenced on its row
+        Task.insert(id="t" * 32, task_type="memory", status=RUNNING, attempt=1).on_conflict_ignore().execute()
     raw = {"memory_id": memory_id, "source_id": source_id, "message_dict": {"role": role, "content": content}}
     store_message(check_message(raw), vector, "t" * 32, default_position=1)
 

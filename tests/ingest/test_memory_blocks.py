@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from db.database import unit
+from db.models import RUNNING, Task
 from ingest.memory import check_message, store_message, vector_blocks
 from ingest.search import top_k
 
@@ -19,6 +21,8 @@ def _save(memory_id: str, n: int, vector: np.ndarray) -> str:
 
 @pytest.mark.parametrize("block_rows", [1, 3, 7, 4096])
 def test_blocks_hold_each_vector_of_the_memory_once_in_id_order(db, block_rows):
+    with unit():  # the task the messages are stored for: store_message is fenced on its row
+        Task.insert(id="t" * 32, task_type="memory", status=RUNNING, attempt=1).execute()
     rng = np.random.default_rng(7)
     vectors = {}
     for n in range(7):
