@@ -366,6 +366,24 @@ class Settings:
             raise ValueError("task_retention_s must be 0 (keep forever) or more")
         if self.results_ttl_s <= 0 or self.result_removal_delay_s <= 0:
             raise ValueError("results_ttl_s and result_removal_delay_s must be positive")
+        for name in (
+            "task_timeout_s",
+            "redelivery_timeout_s",
+            "heartbeat_s",
+            "heartbeat_ttl_s",
+            "parse_timeout_s",
+            "progress_interval_s",
+        ):
+            if not getattr(self, name) > 0:  # NaN too: every task would time out at once
+                raise ValueError(f"{name} must be positive")
+        for name in ("stagger_s", "shutdown_grace_s", "reconcile_grace_s"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be 0 or more")
+        if self.heartbeat_ttl_s <= self.heartbeat_s:
+            raise ValueError(
+                "heartbeat_ttl_s must be longer than heartbeat_s: a heartbeat would expire between "
+                "two beats, and live executors would look dead"
+            )
 
     @property
     def embedded(self) -> bool:
@@ -409,8 +427,9 @@ def url_with_password(url: str, password: str) -> str:
 
 def setting_sources(environ: Mapping[str, str], **overrides: Any) -> list[dict[str, Any]]:
     """Each setting in effect (as :meth:`Settings.from_env` builds them) with where it came
-    from: ``flag`` (an override given), ``environment`` (its ``INGEST_*`` variable) or
-    ``default``; secrets redacted (URLs by :func:`redact_url`, keys as ``***``)."""
+    from: ``flag`` (an override given), ``environment`` (its ``INGEST_*`` variable), ``file``
+    (a secret's ``INGEST_*_FILE``, named as its variable) or ``default``; secrets redacted (URLs
+    by :func:`redact_url`, keys as ``***``)."""
     settings = Settings.from_env(environ, **overrides)
     rows = []
     for f in dataclasses.fields(Settings):
@@ -419,6 +438,8 @@ def setting_sources(environ: Mapping[str, str], **overrides: Any) -> list[dict[s
             source = "flag"
         elif environ.get(env) not in (None, ""):
             source = "environment"
+        elif f.name in SECRET_FIELDS and environ.get(env + "_FILE"):
+            source, env = "file", env + "_FILE"
         else:
             source = "default"
         value = getattr(settings, f.name)

@@ -9,14 +9,13 @@ import os
 from typing import Any
 
 from db.config import Settings, setting_sources
-from ingest.cli.common import EXIT_FAILED, EXIT_OK, GlobalOptions, json_out, new_console
+from ingest.cli.common import EXIT_FAILED, EXIT_OK, GlobalOptions, global_overrides, json_out, new_console
 
 SHELLS = ("bash", "zsh", "tcsh")
 
 
 def cmd_config(settings: Settings, args: argparse.Namespace) -> int:
-    overrides = {"db_url": args.db_url, "redis_url": args.redis_url, "key_prefix": args.key_prefix}
-    rows = setting_sources(os.environ, **overrides)
+    rows = setting_sources(os.environ, **global_overrides(args))
     if args.json:
         json_out({r["name"]: {k: r[k] for k in ("value", "source", "env")} for r in rows})
         return EXIT_OK

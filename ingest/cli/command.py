@@ -25,6 +25,7 @@ from ingest.cli.common import (
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
     err,
+    global_overrides,
     json_out,
     new_console,
     out,
@@ -506,9 +507,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings: Settings | None = None
     try:
-        overrides = {"db_url": args.db_url, "redis_url": args.redis_url, "key_prefix": args.key_prefix}
-        overrides["vector_store"] = getattr(args, "vector_store", None)
-        settings = Settings.from_env(os.environ, **overrides)
+        settings = Settings.from_env(os.environ, **global_overrides(args))
         from ingest import vectors
 
         vectors.use(settings)

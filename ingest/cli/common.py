@@ -8,6 +8,7 @@ terminal. ``--json`` output is JSON (orjson escapes every C0 control).
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import sys
@@ -21,6 +22,18 @@ PIPED_WIDTH = 200
 
 # How a verb module adds the global options to its own sub-parsers (``command._global_options``).
 GlobalOptions = Callable[..., None]
+
+
+def global_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings the global flags give (``--db-url``, ``--redis-url``, ``--key-prefix``,
+    ``--vector-store``): what every verb builds its settings with, and what ``ingest config``
+    reports as ``flag``."""
+    return {
+        "db_url": args.db_url,
+        "redis_url": args.redis_url,
+        "key_prefix": args.key_prefix,
+        "vector_store": getattr(args, "vector_store", None),
+    }
 
 
 def json_out(data: Any) -> None:

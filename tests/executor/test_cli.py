@@ -64,6 +64,10 @@ def test_a_bad_flag_value_is_a_usage_error(capsys):
     assert "embedding_batch_tokens must be 0 (no cap)" in capsys.readouterr().err
     assert main(["host_1", "--embedding-batch", "0"]) == EXIT_USAGE
     assert "embedding_batch must be at least 1" in capsys.readouterr().err
+    assert main(["host_1", "--task-timeout", "0"]) == EXIT_USAGE  # every task would time out at once
+    assert "task_timeout_s must be positive" in capsys.readouterr().err
+    assert main(["host_1", "--heartbeat", "30", "--heartbeat-ttl", "20"]) == EXIT_USAGE
+    assert "heartbeat_ttl_s must be longer than heartbeat_s" in capsys.readouterr().err
 
 
 def test_the_start_is_staggered_by_consumer_number_with_jitter():

@@ -144,6 +144,19 @@ def test_config_says_where_each_setting_came_from_and_hides_secrets(settings, mo
     assert "heartbeat_s" in table and "environment" in table and "s3cret" not in table
 
 
+def test_config_names_the_vector_store_flag_and_a_password_file(settings, monkeypatch, capsys, tmp_path):
+    (tmp_path / "pw").write_text("from-a-file\n")
+    monkeypatch.setenv("INGEST_DB_PASSWORD_FILE", str(tmp_path / "pw"))
+    monkeypatch.delenv("INGEST_DB_PASSWORD", raising=False)
+    store = f"milvus:///{tmp_path}/v.db"
+    assert main(["--vector-store", store, "config", "--json"]) == 0
+    out = capsys.readouterr().out
+    shown = json.loads(out)
+    assert shown["vector_store"] == {"value": store, "source": "flag", "env": "INGEST_VECTOR_STORE"}
+    assert shown["db_password"] == {"value": "***", "source": "file", "env": "INGEST_DB_PASSWORD_FILE"}
+    assert "from-a-file" not in out
+
+
 # -- doctor ------------------------------------------------------------------------------------
 
 
