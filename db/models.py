@@ -251,6 +251,9 @@ class MemoryMessage(BaseModel):
     content = LongTextField()
     position = peewee.BigIntegerField(default=0)  # order in the conversation
     vector = LongBlobField(null=True)  # float32, normalised
+    # the identity of the model that embedded it (``ingest.ids.embedding_identity``; "" for a
+    # message stored before schema 3): a memory's vectors are of one model, as a knowledge base's
+    embedding_model = peewee.CharField(max_length=255, default="")
     task_id = peewee.CharField(max_length=32, default="")
     create_time = peewee.BigIntegerField(default=now_ms)
     update_time = peewee.BigIntegerField(default=now_ms)

@@ -191,12 +191,14 @@ def store_message(
     *,
     attempt: int | None = None,
     tenant_id: str = "default",
+    model: str = "",
 ) -> str:
     """Blocking, one unit of work: upsert the message with its vector into ``tenant_id``'s
     memory; returns its id. A message stored before keeps its place unless this one gives an
     explicit position. Fenced like every write of a run: in the same transaction the task's row
     is locked first and must be ``running`` (under ``attempt``, when given), else
-    :class:`TaskLost` and nothing is written."""
+    :class:`TaskLost` and nothing is written. ``model`` is the identity of the model that made
+    ``vector``: a memory that holds another model's vectors refuses it (:class:`PermanentError`)."""
     import numpy as np
 
     now = now_ms()
@@ -211,15 +213,23 @@ def store_message(
         "position": next(p for p in (item.position, item.saved_at_us, default_position) if p is not None),
         "vector": np.ascontiguousarray(vector, dtype=np.float32).tobytes(),
         "task_id": task_id,
+        "embedding_model": model,
         "create_time": now,
         "update_time": now,
     }
-    columns = ["role", "content", "vector", "task_id", "update_time"]
+    columns = ["role", "content", "vector", "embedding_model", "task_id", "update_time"]
     if item.position is not None:
         columns.append("position")
     changed = [MemoryMessage._meta.fields[c] for c in columns]
     with unit():
         _fence(task_id, attempt)  # task row before message row: the order the finisher locks in
+        other = memory_model(tenant_id, item.memory_id, besides=model)
+        if model and other:
+            raise PermanentError(
+                f"memory {item.memory_id!r} holds messages embedded with {other}; this executor embeds "
+                f"with {model}: vectors of two models are not comparable (set INGEST_EMBEDDING_MODEL "
+                "and INGEST_EMBEDDING_BACKEND to the memory's, or save into a new memory)"
+            )
         query = MemoryMessage.insert(**row)
         if is_mysql():
             query = query.on_conflict(preserve=changed)
@@ -227,6 +237,22 @@ def store_message(
             query = query.on_conflict(conflict_target=[MemoryMessage.id], preserve=changed)
         query.execute()
     return message_id
+
+
+def memory_model(tenant_id: str, memory_id: str, *, besides: str = "") -> str:
+    """The model identity a message of the memory was embedded with, other than ``besides``
+    (and than "": messages of before schema 3); "" when there is none."""
+    found = (
+        MemoryMessage.select(MemoryMessage.embedding_model)
+        .where(
+            (MemoryMessage.memory_id == memory_id)
+            & (MemoryMessage.tenant_id == tenant_id)
+            & MemoryMessage.embedding_model.not_in(["", besides])
+        )
+        .limit(1)
+        .scalar()
+    )
+    return str(found or "")
 
 
 def _fence(task_id: str, attempt: int | None) -> None:
@@ -354,6 +380,14 @@ def search_memory(
         return []
     init_database(settings.db_url)
     embedder = query_encoder(settings)
+    with connection():
+        other = memory_model(tenant_id, memory_id, besides=embedder.identity)
+    if other:
+        raise PermanentError(
+            f"memory {memory_id!r} was embedded with {other}; set INGEST_EMBEDDING_MODEL to that model "
+            "to search it (INGEST_EMBEDDING_BACKEND=onnx-int8 for a #onnx-int8 one, torch or onnx "
+            f"otherwise) (now {embedder.identity})"
+        )
     query_vector = embedder.encode([query])[0]
     top = top_k(vector_blocks(memory_id, embedder.dim, block_rows, tenant_id), query_vector, k)
     if not top:

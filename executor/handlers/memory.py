@@ -36,6 +36,7 @@ async def memory_task(ctx: TaskContext, service: EmbeddingService) -> TaskResult
     item = check_message(dict(ctx.row.get("payload") or {}))  # the row's context, never the stream's
     ctx.report(0.1, f"embedding message {item.source_id} ({item.role}, {len(item.content)} characters)")
     vectors = await service.embed([item.content])
+    identity = (await service.embedder()).identity  # loaded by the embed above
     ctx.report(0.8, "")
     store = functools.partial(
         store_message,
@@ -45,6 +46,7 @@ async def memory_task(ctx: TaskContext, service: EmbeddingService) -> TaskResult
         int(ctx.row.get("create_time") or 0) * 1000,
         attempt=ctx.attempt,  # fenced: a run whose row is no longer its own stores nothing
         tenant_id=str(ctx.row.get("tenant_id") or "default"),  # the row's tenant owns the memory
+        model=identity,  # a memory's vectors are of one model
     )
     message_id = await trio.to_thread.run_sync(store, limiter=ctx.limiters.db_limiter)
     return TaskResult(

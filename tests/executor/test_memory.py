@@ -12,6 +12,8 @@ from db.database import unit
 from db.models import MemoryMessage
 from ingest import ids
 from ingest.cli import main
+from ingest.errors import PermanentError
+from ingest.ids import embedding_identity
 from ingest.memory import conversation, save_message, search_memory
 from tests.executor.support import all_in, running_daemon
 from tests.fixtures_docs import embedder  # noqa: F401 - the model, loaded once per session
@@ -60,6 +62,16 @@ async def test_messages_are_saved_once_kept_in_order_and_found_by_meaning(settin
         lambda: search_memory(settings, "chat-1", "drivetrain repair", k=1)
     )
     assert bike.source_id in ("m0", "m1")
+
+    # the model that embedded them is recorded; a memory of another model is not searched with this one
+    identity = embedding_identity(settings.embedding_model, settings.embedding_backend)
+    assert {r.embedding_model for r in rows} == {identity}
+    with unit():
+        MemoryMessage.update(embedding_model="another-model").where(
+            MemoryMessage.memory_id == "chat-2"
+        ).execute()
+    with pytest.raises(PermanentError, match="embedded with another-model"):
+        await trio.to_thread.run_sync(lambda: search_memory(settings, "chat-2", "chains", k=1))
 
 
 @pytest.mark.usefixtures("embedder")

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from db.database import unit
-from db.models import RUNNING, Task
-from ingest.memory import check_message, store_message, vector_blocks
+from db.models import RUNNING, MemoryMessage, Task
+from ingest.errors import PermanentError
+from ingest.memory import check_message, memory_model, store_message, vector_blocks
 from ingest.search import top_k
 
 DIM = 4
@@ -47,3 +48,23 @@ def test_blocks_hold_each_vector_of_the_memory_once_in_id_order(db, block_rows):
     query = rng.standard_normal(DIM).astype(np.float32)
     every = sorted(((i, float(v @ query)) for i, v in vectors.items()), key=lambda p: (-p[1], p[0]))[:3]
     assert [i for i, _ in top_k(vector_blocks("m1", DIM, block_rows), query, 3)] == [i for i, _ in every]
+
+
+def test_a_memory_refuses_vectors_of_another_model(db):
+    """A memory's vectors are of one model, as a knowledge base's: an executor embedding with
+    another (INGEST_EMBEDDING_MODEL or _BACKEND changed) fails its task and writes nothing."""
+    with unit():
+        Task.insert(id="t" * 32, task_type="memory", status=RUNNING, attempt=1).execute()
+
+    def save(source: str, model: str) -> str:
+        raw = {"memory_id": "m1", "source_id": source, "message_dict": {"role": "user", "content": source}}
+        return store_message(check_message(raw), np.ones(DIM, np.float32), "t" * 32, 0, model=model)
+
+    save("a", "model-a")
+    save("b", "model-a")
+    with pytest.raises(PermanentError, match="holds messages embedded with model-a"):
+        save("c", "model-b#onnx-int8")
+    with unit():
+        assert sorted(m.source_id for m in MemoryMessage.select()) == ["a", "b"]
+        assert memory_model("default", "m1") == "model-a"
+        assert memory_model("default", "m2") == ""
