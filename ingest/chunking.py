@@ -58,6 +58,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ingest.errors import PermanentError
+from ingest.ids import DEFAULT_MAX_CHUNK_CHARS
 from ingest.parsers import Section
 from ingest.tokens import TextTokenizer, load_tokenizer, model_text_tokens
 
@@ -67,7 +68,7 @@ DEFAULT_PARSER_CONFIG: dict[str, Any] = {
     "overlap_percent": 10,
 }
 MAX_CHUNK_TOKEN_NUM = 8192
-DEFAULT_MAX_CHARS = 20_000  # Settings.max_chunk_chars
+DEFAULT_MAX_CHARS = DEFAULT_MAX_CHUNK_CHARS  # Settings.max_chunk_chars
 MAX_OVERLAP_PERCENT = 90
 _SENTENCE_END = re.compile(r"(?<=[.!?;:。！？；])(?=\s)")
 

@@ -27,6 +27,8 @@ from typing import Any
 import orjson
 import xxhash
 
+DEFAULT_MAX_CHUNK_CHARS = 20_000  # Settings.max_chunk_chars's default (ingest.chunking.DEFAULT_MAX_CHARS)
+
 
 def _hash(*parts: Any) -> str:
     # Canonical JSON keeps parts apart ("a", "bc" != "ab", "c") and dict order out of it.
@@ -105,13 +107,17 @@ def digest(
     *,
     task_type: str = "parse",
     dataflow_id: str | None = None,
+    max_chunk_chars: int = DEFAULT_MAX_CHUNK_CHARS,
 ) -> str:
     """What a task's chunks depend on; equal digests mean equal chunks.
 
     ``embedding_model`` is the model's identity (:func:`model_identity`), not where it is
     installed, so the same content submitted from another host or venv takes over the chunks.
-    The task type and dataflow are part of it too: a dataflow's chunks are not a parse's.
+    The task type and dataflow are part of it too: a dataflow's chunks are not a parse's; so is
+    the character cap a chunk is cut at (``INGEST_MAX_CHUNK_CHARS``), only when it is not the
+    default (digests made before it counted stay what they were).
     """
+    cap = () if int(max_chunk_chars) == DEFAULT_MAX_CHUNK_CHARS else (int(max_chunk_chars),)
     return _hash(
         "digest",
         content_hash,
@@ -121,6 +127,7 @@ def digest(
         int(to_page),
         task_type,
         dataflow_id or "",
+        *cap,
     )
 
 

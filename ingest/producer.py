@@ -574,6 +574,7 @@ def _task_rows(
                     to_page,
                     task_type=spec.task_type,
                     dataflow_id=spec.dataflow_id,
+                    max_chunk_chars=spec.settings.max_chunk_chars,
                 ),
                 "chunk_ids": "",
                 "payload": spec.payload,

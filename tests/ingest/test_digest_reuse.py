@@ -85,6 +85,13 @@ def test_a_changed_config_or_content_is_parsed_again(settings, rclient, keys):
     assert other_content.reused == 0 and other_content.published == 1
 
 
+def test_a_changed_chunk_character_cap_is_parsed_again(settings, rclient, keys):
+    first = submit_documents(settings, [("a.txt", b"text")], "kb1")
+    finish_task(first.documents[0].task_ids[0])
+    capped = submit_documents(settings.replace(max_chunk_chars=500), [("a.txt", b"text")], "kb1")
+    assert capped.reused == 0 and capped.published == 1
+
+
 def test_a_done_task_whose_chunks_are_gone_is_not_reused(settings, rclient, keys):
     first = submit_documents(settings, [("a.txt", b"v1")], "kb1")
     finish_task(first.documents[0].task_ids[0])
