@@ -158,6 +158,22 @@ class Runner:
                     self._raised_when_stopped(run, exc)
                     return None  # run() reads why the scope was cancelled
                 return self._failed(run, describe(exc), began, exc)
+            except BaseExceptionGroup as group:
+                # A handler's own nursery: an error raised beside a cancellation (a child whose
+                # clean-up failed). Not an Exception, so it would leave the run's scope and end
+                # the daemon: the errors are logged and the cancellation decides, as above.
+                cancelled, errors = group.split(trio.Cancelled)
+                if cancelled is None or errors is None:
+                    raise
+                if run.scope.cancel_called:
+                    self._raised_when_stopped(run, errors)
+                    return None
+                log.warning(
+                    "task raised while an outer scope cancelled it: %s",
+                    describe(errors),
+                    extra=claimed.log_extra(),
+                )
+                raise cancelled from None  # an outer cancellation (a hard stop) goes on
             finally:
                 self.metrics.task_left_slot(claimed.task_type)
             return self._done(run, result, began)
@@ -184,7 +200,7 @@ class Runner:
                 log.warning("task retry: %s", line, extra=run.claimed.log_extra())
                 await trio.sleep(delay)
 
-    def _raised_when_stopped(self, run: Running, exc: Exception) -> None:
+    def _raised_when_stopped(self, run: Running, exc: BaseException) -> None:
         """The run's scope was cancelled (a stop, a cancel, the deadline) and the handler turned
         that into an error of its own (a clean-up that failed): the stop decides the outcome, as
         if the cancellation had come out, so a hand-back is not written as a failure for good."""

@@ -23,8 +23,23 @@ async def cleanup_raises(ctx: TaskContext) -> None:
         raise RuntimeError(ERROR) from None
 
 
+async def child_cleanup_raises(ctx: TaskContext) -> None:
+    """The same error raised by a child of the handler's own nursery: it comes out beside the
+    body's Cancelled, in a BaseExceptionGroup (not an Exception)."""
+
+    async def child() -> None:
+        await cleanup_raises(ctx)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(child)
+        await trio.sleep(60)
+
+
 def _settings(xsettings, **kw):
-    extra = f"{xsettings.extra_handlers},cleanup_raises={__name__}:cleanup_raises"
+    extra = (
+        f"{xsettings.extra_handlers},cleanup_raises={__name__}:cleanup_raises,"
+        f"child_cleanup_raises={__name__}:child_cleanup_raises"
+    )
     return xsettings.replace(extra_handlers=extra, **kw)
 
 
@@ -67,3 +82,25 @@ async def test_a_cancelled_task_stays_cancelled_when_its_handler_raises_as_it_st
         assert daemon.counters.failed == 0
     r = row(tid)
     assert r["status"] == CANCELLED and ERROR not in r["progress_msg"]
+
+
+async def test_an_error_beside_a_cancellation_in_a_handler_s_nursery_ends_the_task_not_the_daemon(
+    xsettings, streams, rclient, keys, db
+):
+    """It ended the daemon: the group left the run's scope and its nursery. Now the task times
+    out as any other, and the next task runs on the same executor."""
+    (tid,) = enqueue(streams, [task_spec("child_cleanup_raises")])
+    async with running_daemon(_settings(xsettings, task_timeout_s=0.5)) as daemon:
+        await await_until(lambda: row(tid)["status"] == FAILED, 10)
+        assert "timed out after 0.5 s" in row(tid)["progress_msg"]
+        (after,) = enqueue(streams, [task_spec("noop")])
+        await await_until(lambda: row(after)["status"] == "done", 10)
+        await await_until(lambda: rclient.xlen(keys.queue(0)) == 0, 5)
+        assert daemon.counters.timed_out == 1
+    (tid,) = enqueue(streams, [task_spec("child_cleanup_raises")])
+    async with running_daemon(_settings(xsettings, shutdown_grace_s=0.3)) as daemon:
+        await await_until(lambda: row(tid)["status"] == RUNNING, 10)
+    assert row(tid)["status"] == QUEUED and daemon.counters.handed_back == 1
+    for stream in (keys.queue(0), keys.backlog(0, "default")):  # nobody reads it here
+        rclient.xtrim(stream, maxlen=0)
+    rclient.delete(keys.published(tid))
