@@ -7,7 +7,7 @@ import functools
 import logging
 import signal
 import uuid
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +60,25 @@ class DaemonStatistics:
     dead_lettered: int
     reads: int
     draining: bool
+
+
+class _RunningHere(Collection[str]):
+    """The tasks this process runs, read live by the claim's thread (not a snapshot taken before
+    its read): a run another hop started meanwhile, and one whose outcome waits for its terminal
+    write (its row still running here), are both this executor's. A second entry of such a task
+    is acked as a duplicate, never claimed again under a new attempt beside the run."""
+
+    def __init__(self, book: Book, finisher: Finisher) -> None:
+        self._book, self._finisher = book, finisher
+
+    def __contains__(self, task_id: object) -> bool:
+        return isinstance(task_id, str) and (task_id in self._book.running or self._finisher.holds(task_id))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._book.running))
+
+    def __len__(self) -> int:
+        return len(self._book.running)
 
 
 class Daemon:
@@ -367,7 +386,7 @@ class Daemon:
             consumer=self.consumer,
             task_types=frozenset(self.router.task_types),
             max_deliveries=self.settings.max_deliveries,
-            running_ids=frozenset(self.book.running),
+            running_ids=_RunningHere(self.book, self.finisher),
             live_owners=self._live_owners,
             strikes=self.strikes.rules,
         )

@@ -254,6 +254,11 @@ class Finisher:
         self._outcomes.append(outcome)
         self._wake.set()
 
+    def holds(self, task_id: str) -> bool:
+        """Whether an outcome of ``task_id`` waits for its terminal write: its run has left the
+        book, and its row is still running under this executor. Any thread (a snapshot)."""
+        return any(o.task_id == task_id for o in tuple(self._outcomes))
+
     def submit_acks(self, items: Sequence[AckItem]) -> None:
         self._acks.extend(items)
         self._wake.set()
