@@ -761,9 +761,11 @@ def _check_payload(payload: dict[str, Any] | None) -> None:
 
 
 def _check_owned(rows: list[dict[str, Any]], given: list[str]) -> None:
-    """A task may take neither an id another tenant's task has (:class:`IdInUse`) nor another
-    tenant's document or knowledge base (:class:`NotFound`, as if it did not exist). Tenants
-    compared exactly, in Python (the database's collation ignores case)."""
+    """A task may take neither an id another tenant's task has (:class:`IdInUse`) nor a document
+    or knowledge base that is not its tenant's (:class:`NotFound`, as if it did not exist): one
+    that does not exist yet is refused too (document ids are derived from names, so a task could
+    wait for another tenant's next document and count in its state). Tenants compared exactly, in
+    Python (whatever the database's collation)."""
     for model, column, key, what in (
         (Task, Task.id, "id", None),
         (Document, Document.id, "doc_id", "document"),
@@ -774,15 +776,17 @@ def _check_owned(rows: list[dict[str, Any]], given: list[str]) -> None:
             if r[key] and (key != "id" or r["id"] in given):
                 wanted.setdefault(r[key], set()).add(r["tenant_id"])
         names = sorted(wanted)
+        found: dict[str, str] = {}
         for start in range(0, len(names), BATCH):
             query = model.select(column, model.tenant_id).where(column.in_(names[start : start + BATCH]))
-            for found_id, owner in query.tuples():
-                if any(t != owner for t in wanted.get(found_id, ())):
-                    if what is None:
-                        raise IdInUse(
-                            f"task id {found_id!r} is already in use; leave id out to get a fresh one"
-                        )
-                    raise NotFound(f"no such {what}: {found_id!r}")
+            found.update(query.tuples())
+        for name in names:
+            owner = found.get(name)
+            if what is None:
+                if owner is not None and any(t != owner for t in wanted[name]):
+                    raise IdInUse(f"task id {name!r} is already in use; leave id out to get a fresh one")
+            elif owner is None or any(t != owner for t in wanted[name]):
+                raise NotFound(f"no such {what}: {name!r}")
 
 
 def _unfinished_ids(task_ids: list[str]) -> set[str]:

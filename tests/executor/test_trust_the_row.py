@@ -4,9 +4,11 @@ stream can name a task; its type, tenant, context, document and location come fr
 from __future__ import annotations
 
 import orjson
+import pytest
 
 from db.database import unit
 from db.models import DONE, FAILED, Chunk, Document
+from ingest.errors import NotFound
 from ingest.producer import enqueue_tasks, submit_documents
 from tests import handlers
 from tests.executor.support import enqueue, row, running_daemon, task_spec
@@ -65,14 +67,16 @@ async def test_a_forged_message_cannot_point_a_task_at_another_tenant_s_document
 async def test_a_task_row_naming_another_tenant_s_document_fails_without_reading_it(
     xsettings, streams, rclient, keys, db
 ):
+    """The producer refuses such a task (``enqueue_tasks``: not found); a row written some other
+    way (a database edited by hand, an older producer) is refused again by the executor."""
     victim = submit_documents(
         xsettings, [("secret.txt", b"the victim's secret")], "private", tenant_id="victim"
     )
     (secret,) = victim.documents
-    (task_id,) = enqueue_tasks(
-        xsettings,
-        [{"task_type": "parse", "tenant_id": "attacker", "doc_id": secret.id, "kb_id": victim.kb_id}],
-    )
+    spec = {"task_type": "parse", "tenant_id": "attacker", "doc_id": secret.id, "kb_id": victim.kb_id}
+    with pytest.raises(NotFound):
+        enqueue_tasks(xsettings, [spec])
+    (task_id,) = enqueue(streams, [spec])  # the row and its message, past the producer
     async with running_daemon(xsettings):
         await await_until(lambda: row(task_id)["status"] == FAILED, 60)
     assert "another tenant's document" in row(task_id)["progress_msg"]

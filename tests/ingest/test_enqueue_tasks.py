@@ -81,7 +81,6 @@ def test_a_payload_given_is_merged_into_the_message_not_nested(settings, rclient
         [
             {
                 "task_type": "dataflow",
-                "kb_id": "kb1",
                 "payload": {"dataflow_id": "df1", "source_id": "old"},
                 "source_id": "s1",  # beside the payload: wins
             }
@@ -121,6 +120,12 @@ def test_another_tenant_s_task_id_document_or_knowledge_base_is_refused_and_noth
             enqueue_tasks(settings, [{"doc_id": doc.id, "tenant_id": tenant}])
         with pytest.raises(NotFound, match="no such knowledge base"):
             enqueue_tasks(settings, [{"kb_id": kb.id, "task_type": "memory", "tenant_id": tenant}])
+    # nor one that does not exist yet: document ids are derived from names, and a task waiting
+    # for another tenant's next document would count in that document's state
+    with pytest.raises(NotFound, match="no such document"):
+        enqueue_tasks(settings, [{"doc_id": "n" * 32, "tenant_id": "acme"}])
+    with pytest.raises(NotFound, match="no such knowledge base"):
+        enqueue_tasks(settings, [{"kb_id": "n" * 32, "task_type": "memory", "tenant_id": "acme"}])
     with unit():
         row = Task.get_by_id(theirs)
         assert (row.tenant_id, row.status, row.payload) == ("globex", DONE, {"memory_id": "m"})
