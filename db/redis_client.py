@@ -15,6 +15,10 @@ the password and TLS settings, whatever the URL's form.
   Cluster; every key of one prefix carries one hash tag (:func:`cluster_prefix`).
 
 ``INGEST_REDIS_PASSWORD`` (or ``INGEST_REDIS_PASSWORD_FILE``) wins over a password in the URL.
+
+A plain URL's connection that Redis answers ``READONLY`` (the server it reached is a replica now:
+a failover behind a DNS name or a virtual address) is dialled again before its next command, so a
+client follows the failover as a Sentinel URL's does; the error itself is raised (an outage).
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from urllib.parse import unquote, urlsplit
 
 import redis
 from redis.backoff import NoBackoff
-from redis.exceptions import MaxConnectionsError
+from redis.connection import AbstractConnection, Connection, SSLConnection, UnixDomainSocketConnection
+from redis.exceptions import MaxConnectionsError, ReadOnlyError
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
 
@@ -194,11 +199,67 @@ def connect(
         pool: redis.ConnectionPool = _sentinel_pool(spec, kwargs, max_connections, pool_timeout_s)
     elif max_connections:
         pool = redis.BlockingConnectionPool.from_url(
-            _plain_url(spec.url), max_connections=max_connections, timeout=pool_timeout_s, **kwargs
+            _plain_url(spec.url),
+            max_connections=max_connections,
+            timeout=pool_timeout_s,
+            connection_class=_REDIALLING[spec.scheme],
+            **kwargs,
         )
     else:
-        pool = redis.ConnectionPool.from_url(_plain_url(spec.url), **kwargs)
+        pool = redis.ConnectionPool.from_url(
+            _plain_url(spec.url), connection_class=_REDIALLING[spec.scheme], **kwargs
+        )
     return redis.Redis(connection_pool=pool, single_connection_client=single_connection)
+
+
+# What a master that turns into a replica (FAILOVER, a Sentinel's) answers a blocked read.
+DEMOTED_UNBLOCKED = "UNBLOCKED force unblock from blocking operation, instance state changed"
+
+
+class _RedialsAfterReadOnly(AbstractConnection):
+    """A connection that hangs up before its next command once Redis answered it ``READONLY``:
+    the next command dials the URL again, and finds the master it names now. Not at once: the
+    replies a pipeline still has on the socket are read first (the error raised is the first).
+    A blocked read that the demotion ended is answered as a write would be: ``READONLY``."""
+
+    _demoted = False
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().read_response(*args, **kwargs)
+        except ReadOnlyError:
+            self._demoted = True
+            raise
+        except redis.ResponseError as exc:
+            if not str(exc).startswith(DEMOTED_UNBLOCKED):
+                raise
+            self._demoted = True
+            raise ReadOnlyError(f"the server became a replica: {exc}") from exc
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        if self._demoted:
+            self._demoted = False
+            self.disconnect()  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
+        super().send_packed_command(command, check_health=check_health)  # type: ignore[no-untyped-call]
+
+
+class _PlainConnection(_RedialsAfterReadOnly, Connection):
+    pass
+
+
+class _TlsConnection(_RedialsAfterReadOnly, SSLConnection):
+    pass
+
+
+class _UnixConnection(_RedialsAfterReadOnly, UnixDomainSocketConnection):
+    pass
+
+
+_REDIALLING: dict[str, type[Connection] | type[UnixDomainSocketConnection]] = {
+    "redis": _PlainConnection,
+    "rediss": _TlsConnection,
+    "unix": _UnixConnection,
+}
 
 
 def _plain_url(url: str) -> str:

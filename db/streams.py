@@ -38,13 +38,19 @@ from db.gate import GATE_LIB
 from db.keys import DEFAULT_TENANT, REQUEUE_TTL_S, Keys, check_tenant
 from db.redis_client import connect as connect  # re-exported: callers import it from here
 
-# Errors that mean "Redis is unreachable or restarting": back off and retry, don't fail.
+# Errors that mean "Redis is unreachable, restarting or refusing writes for now": back off and
+# retry, don't fail. A refusal (OOM: full under ``noeviction``; READONLY: the server behind the URL
+# became a replica) ran nothing, and ends without us (memory freed, a failover followed), so it is
+# an outage like a lost connection (executor.outage says which). Every other ``ResponseError``
+# (WRONGTYPE, a script's own error, NOSCRIPT left unhandled) is a bug, and raised.
 RETRYABLE_REDIS_ERRORS: tuple[type[Exception], ...] = (
     redis.ConnectionError,
     redis.TimeoutError,
     redis.exceptions.BusyLoadingError,
     redis.exceptions.TryAgainError,
     redis.exceptions.ClusterDownError,
+    redis.exceptions.OutOfMemoryError,
+    redis.exceptions.ReadOnlyError,
     ConnectionResetError,
     BrokenPipeError,
 )

@@ -256,9 +256,14 @@ class Collector:
         self.reader.close()
 
     async def _redis(self, fn: Callable[..., Any], *args: Any, abandon_on_cancel: bool = False) -> Any:
-        """A Redis call in a thread, through outages: back off, reconnect, and report once."""
+        """A Redis call in a thread, through outages (Redis away, or refusing writes): back off,
+        reconnect, and report once. A group Redis lost is created again, through outages too."""
+        regroup = False
         while True:
             try:
+                if regroup:
+                    await self.limiters.redis(self.ensure_group)
+                    regroup = False
                 result = await self.limiters.redis(fn, *args, abandon_on_cancel=abandon_on_cancel)
             except RETRYABLE_REDIS_ERRORS as exc:
                 self._reader_id = None
@@ -271,7 +276,7 @@ class Collector:
                 if "NOGROUP" not in str(exc):
                     raise
                 log.warning("consumer group missing; creating it again")
-                await self.limiters.redis(self.ensure_group)
+                regroup = True
                 continue
             self.redis_outage.ok()
             return result

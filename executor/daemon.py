@@ -27,7 +27,7 @@ from executor.health import Health
 from executor.heartbeat import Heartbeat
 from executor.leases import LeaseKeeper
 from executor.metrics import for_settings as metrics_for
-from executor.outage import Outage
+from executor.outage import Outage, RefusalAwareProbe
 from executor.progress import ProgressBook, ProgressFlusher
 from executor.reconciler import Reconciler
 from executor.recycle import Recycler
@@ -110,6 +110,8 @@ class Daemon:
         self.db_outage.on_failure = self.metrics.db_disruption
         self.tracing = tracing or tracing_for(settings.tracing, ratio=settings.trace_ratio)
         self.health = Health(consumer, settings)
+        # PING answers on a full Redis or a replica: the verdict also says when Redis refuses writes
+        self.health.probes["redis"] = RefusalAwareProbe(outage=self.redis_outage)
         self.draining = False
         self._stop = trio.Event()
         self._grace: trio.CancelScope | None = None
@@ -225,11 +227,11 @@ class Daemon:
 
     async def _signal_during_start_up(self, signals: Any) -> None:
         async for signum in signals:
-            waiting = [
-                f"waiting for {o.service}: {o.failures} failed call(s)"
-                for o in (self.redis_outage, self.db_outage)
-                if o.active
-            ]
+            waiting = []
+            for o in (self.redis_outage, self.db_outage):
+                if o.active:
+                    said = f" ({o.refused})" if o.refused else ""  # e.g. Redis is full (maxmemory)
+                    waiting.append(f"waiting for {o.service}: {o.failures} failed call(s){said}")
             log.info(
                 "%s during start-up: stopping (%s)",
                 signal.Signals(signum).name,
@@ -326,8 +328,10 @@ class Daemon:
         )
 
     async def _until_redis_answers(self, fn: Any, *args: Any) -> None:
-        """Start-up calls: retried while Redis is away; a stop abandons the call in flight (a
-        connect to a host that never answers takes seconds, and nothing waits on its result)."""
+        """Start-up writes: retried while Redis is away or refuses writes (a crash would only
+        make entrypoint.sh start the process again, and again); a stop abandons the call in
+        flight (a connect to a host that never answers takes seconds, and nothing waits on its
+        result)."""
         while True:
             try:
                 await trio.to_thread.run_sync(
@@ -336,7 +340,7 @@ class Daemon:
             except RETRYABLE_REDIS_ERRORS as exc:
                 await self.redis_outage.backoff(exc)
                 continue
-            self.redis_outage.ok()
+            self.redis_outage.ok(wrote=True)
             return
 
     def _start_loops(self, nursery: trio.Nursery, signals: Any) -> None:

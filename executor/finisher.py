@@ -23,6 +23,7 @@ from executor.outage import Outage
 from executor.progress import append_line
 from ingest import vectors
 from ingest.documents import lock_documents, recompute_documents
+from ingest.errors import is_retryable
 from ingest.memory import remove_cancelled_messages
 
 log = logging.getLogger("executor.finisher")
@@ -150,6 +151,17 @@ def _forget_cancelled(task_ids: list[str]) -> None:
         log.warning("cancelled runs' vectors not removed from the engine: %s: %s", type(exc).__name__, exc)
 
 
+def _retryable(exc: BaseException) -> bool:
+    """A terminal write's error worth another try: the database's, or a retryable error of any
+    service the write calls (a vector engine away for a moment). The batch then waits for a later
+    flush; it is never written failed for it (LIFECYCLE, "Errors")."""
+    return isinstance(exc, RETRYABLE_DB_ERRORS) or is_retryable(exc)
+
+
+class _Retry(Exception):
+    """Carries a retryable error out of the one-by-one writes: the whole batch waits."""
+
+
 def _write_one_by_one(batch: list[Outcome]) -> tuple[list[str | None] | None, BaseException | None]:
     """Each outcome alone; one that fails for good is written as failed with the error.
     A retryable error leaves the whole batch for a later flush (rewriting a row is harmless)."""
@@ -159,12 +171,12 @@ def _write_one_by_one(batch: list[Outcome]) -> tuple[list[str | None] | None, Ba
             try:
                 with connection():
                     states += write_outcomes([o])
-            except RETRYABLE_DB_ERRORS:
-                raise
             except Exception as exc:
+                if _retryable(exc):
+                    raise _Retry from exc
                 states.append(_write_unwritable(o, exc))
-    except RETRYABLE_DB_ERRORS as exc:
-        return None, exc
+    except _Retry as retry:
+        return None, retry.__cause__
     return states, None
 
 
@@ -186,9 +198,9 @@ def _write_unwritable(o: Outcome, exc: Exception) -> str | None:
     try:
         with connection():
             return write_outcomes([safe])[0]
-    except RETRYABLE_DB_ERRORS:
-        raise
-    except Exception:
+    except Exception as again:
+        if _retryable(again):
+            raise _Retry from again
         log.exception("could not write the outcome even as failed; left pending", extra=o.claimed.log_extra())
         return None
 
@@ -210,7 +222,7 @@ class _Flushed:
 
     states: list[str | None] | None  # per outcome of the batch; None: the database write failed
     acked: bool  # the acks (and hand-backs, events) went out
-    db_error: BaseException | None = None
+    db_error: BaseException | None = None  # why the write failed: the database's or another service's
     redis_error: BaseException | None = None
 
 
@@ -240,6 +252,7 @@ class Finisher:
         self.book = book
         self.db_outage = db_outage
         self.redis_outage = redis_outage
+        self.services_outage = Outage("a service of the terminal writes")  # e.g. the vector engine
         self._outcomes: list[Outcome] = []  # to write
         self._acks: list[AckItem] = []  # to ack (written, or never needed a write)
         self._settled: list[_Settled] = []  # written: to ack or hand back, then announce
@@ -299,10 +312,12 @@ class Finisher:
         )
         delay = 0.0
         fresh: list[_Settled] = []
-        if done.db_error is not None:
-            delay = self.db_outage.failed(done.db_error)  # the batch stays, written on a later flush
+        if done.db_error is not None:  # the batch stays, written on a later flush
+            of_db = isinstance(done.db_error, RETRYABLE_DB_ERRORS)
+            delay = (self.db_outage if of_db else self.services_outage).failed(done.db_error)
         elif batch and done.states is not None:
             self.db_outage.ok()
+            self.services_outage.ok()
             del self._outcomes[: len(batch)]
             fresh = self._sort(batch, done.states)
         if done.acked:
@@ -347,13 +362,14 @@ class Finisher:
             try:
                 with connection():
                     states = write_outcomes(batch)
-            except RETRYABLE_DB_ERRORS as exc:
-                states, db_error = None, exc
-            except Exception as exc:  # one bad outcome (a result that is not JSON) fails them all
-                log.warning(
-                    "a batch of %d outcome(s) failed (%s); writing them one at a time", len(batch), exc
-                )
-                states, db_error = _write_one_by_one(batch)
+            except Exception as exc:
+                if _retryable(exc):  # the database, or a service the write calls, is away
+                    states, db_error = None, exc
+                else:  # one bad outcome (a result that is not JSON) fails them all
+                    log.warning(
+                        "a batch of %d outcome(s) failed (%s); writing them one at a time", len(batch), exc
+                    )
+                    states, db_error = _write_one_by_one(batch)
         items = settled + [
             _Settled(o, st) for o, st in zip(batch, states or [], strict=False) if st is not None
         ]

@@ -168,13 +168,19 @@ class Heartbeat:
         figures: Callable[[], dict[str, Any]],
         name_lost: Callable[[], None] = lambda: None,
     ) -> None:
+        delay_s = self.settings.heartbeat_s
         while True:
-            await trio.sleep(self.settings.heartbeat_s)
+            await trio.sleep(delay_s)
+            delay_s = self.settings.heartbeat_s
             try:
                 kept = await limiters.redis(self.beat, figures())
             except RETRYABLE_REDIS_ERRORS as exc:
-                outage.failed(exc)
+                backoff_s = outage.failed(exc)
+                if outage.refused:  # beat again soon: a write is what sees Redis take writes again
+                    delay_s = min(delay_s, backoff_s)
                 continue
+            if outage.refused:  # a write ends a refusal; a lost connection's end is the read loop's
+                outage.ok(wrote=True)
             if not kept:
                 log.error(
                     "consumer name %r was taken by another process while this one stalled; "
