@@ -9,6 +9,10 @@ document was removed, or whose task was cancelled or taken over, writes nothing
 (:class:`~ingest.errors.TaskLost`).
 The bound vector store (:mod:`ingest.vectors`) gets the same upserts inside that transaction,
 after the fence (a run fenced out writes to neither), and the stale positions' removal.
+A chunk's metadata is held to :data:`MAX_META_BYTES` of JSON (:func:`check_meta`): the column is
+a MySQL ``TEXT``; a larger one is refused as a :class:`~ingest.errors.BadDocument` before
+anything is written, on every database alike (SQLite would take it). The dataflow components
+that build metadata check it as they build it; the check here is the last guard.
 Each function here is blocking and one unit of work (its own connection and transaction):
 call it through ``trio.to_thread.run_sync`` under the ``db_limiter``.
 """
@@ -21,6 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import orjson
 import peewee
 import xxhash
 
@@ -29,7 +34,7 @@ from db.models import RUNNING, KnowledgeBase, Task, now_ms
 from db.models import Chunk as ChunkRow
 from ingest import vectors
 from ingest.chunking import Chunk
-from ingest.errors import PermanentError, TaskLost
+from ingest.errors import BadDocument, PermanentError, TaskLost
 
 DEADLOCK_TRIES = 4  # the whole upsert is idempotent: try again at once rather than fail the task
 _DEADLOCK_CODES = (1213, 1205)  # deadlock, lock wait timeout
@@ -38,6 +43,9 @@ MAX_BYTES_PER_STATEMENT = 4 << 20  # well under MySQL's 16 MiB max_allowed_packe
 _UPDATED_COLUMNS = (
     "kb_id", "doc_id", "task_id", "generation", "position", "page", "last_page", "content", "token_num", "vector", "meta",
 )  # fmt: skip
+# A chunk's metadata as JSON, at most: chunk.meta is a MySQL TEXT (65,535 bytes), and widening
+# a table of millions of rows would copy it. A round figure with room to spare under the column.
+MAX_META_BYTES = 60_000
 
 
 def chunk_id(task_id: str, position: int) -> str:
@@ -53,6 +61,17 @@ def vector_from_bytes(data: bytes) -> np.ndarray:
     return np.frombuffer(data, dtype=np.float32)
 
 
+def check_meta(meta: Mapping[str, Any], what: str) -> None:
+    """:class:`BadDocument` when ``meta`` (of ``what``, e.g. ``chunk 3``) is more than
+    :data:`MAX_META_BYTES` bytes as JSON, as the ``chunk.meta`` column would store it."""
+    size = len(orjson.dumps(dict(meta)))
+    if size > MAX_META_BYTES:
+        raise BadDocument(
+            f"{what}'s metadata is {size} bytes as JSON, over the limit of {MAX_META_BYTES} bytes "
+            "a chunk's metadata may hold (MAX_META_BYTES): fewer or shorter fields"
+        )
+
+
 def store_chunks(
     *,
     kb_id: str,
@@ -66,9 +85,14 @@ def store_chunks(
 ) -> list[str]:
     """Upsert a task's chunks in one transaction, fenced on the task's row (``running``, and
     under ``attempt`` when given); return their ids in position order. Raises
-    :class:`TaskLost` (nothing written) when the run no longer holds its task."""
+    :class:`TaskLost` (nothing written) when the run no longer holds its task, and
+    :class:`BadDocument` (nothing written) when a chunk's metadata is larger than
+    :data:`MAX_META_BYTES`."""
     if len(vectors) != len(chunks):
         raise ValueError(f"{len(chunks)} chunks but {len(vectors)} vectors")
+    for i, chunk in enumerate(chunks):
+        if meta is not None and (m := meta[i]) is not None:
+            check_meta(m, f"chunk {chunk.position}")
     now = now_ms()
     rows: list[dict[str, Any]] = [
         {

@@ -15,7 +15,10 @@ They share the parse pipeline's code: :func:`ingest.parsers.parse_document`,
 
 Kinds of value: ``file`` (:class:`FileInput`), ``sections`` (a list of
 :class:`~ingest.parsers.Section`), ``chunks`` and ``embedded`` (a :class:`ChunkSet`, without
-or with vectors), ``indexed`` (an :class:`IndexResult`).
+or with vectors), ``indexed`` (an :class:`IndexResult`). A chunk's metadata (a Splitter's
+heading path, an Extractor's fields) is held to :data:`ingest.store.MAX_META_BYTES` of JSON as
+the component builds it: a larger one fails the run there, naming the component, not at the
+Indexer after the embedding.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from ingest.chunking import (
 from ingest.chunking import chunk_sections as chunk_by_tokens
 from ingest.errors import BadDocument, PermanentError
 from ingest.parsers import Section, decode_text, parse_document, supported_types
+from ingest.store import check_meta
 
 if TYPE_CHECKING:
     import trio
@@ -397,9 +401,11 @@ def _chunk_segments(
     chunks: list[Chunk] = []
     meta: list[dict[str, Any]] = []
     for headings, sections in segments:
+        fields = {"headings": headings} if headings else {}
+        check_meta(fields, f"chunk {len(chunks)}")  # the same path on each chunk of the segment
         for chunk in chunk_by_tokens(sections, config, tokenizer):
             chunks.append(dataclasses.replace(chunk, position=len(chunks)))
-            meta.append({"headings": headings} if headings else {})
+            meta.append(dict(fields))
     return ChunkSet(chunks, meta)
 
 
@@ -424,21 +430,27 @@ STOPWORDS = frozenset(
 
 def extract(params: Mapping[str, Any], inputs: Sequence[ChunkSet]) -> ChunkSet:
     """Metadata onto each chunk: its ``top_n`` keywords, or fields matched by a regular expression
-    (each named group a field; else ``field`` takes group 1, or the whole match)."""
+    (each named group a field; else ``field`` takes group 1, or the whole match). A chunk's
+    metadata over :data:`~ingest.store.MAX_META_BYTES` is refused (:class:`BadDocument`)."""
     merged = merge_chunk_sets(inputs)
     if params["method"] == "keywords":
         field_name = params["field"] or "keywords"
         meta = [
-            {**m, field_name: keywords(c.content, params["top_n"])}
+            _bounded({**m, field_name: keywords(c.content, params["top_n"])}, c)
             for c, m in zip(merged.chunks, merged.meta, strict=True)
         ]
     else:
         pattern = compile_regex(params["pattern"], params["ignore_case"])
         meta = [
-            {**m, **regex_fields(pattern, c.content, params["field"] or "match", params["all"])}
+            _bounded({**m, **regex_fields(pattern, c.content, params["field"] or "match", params["all"])}, c)
             for c, m in zip(merged.chunks, merged.meta, strict=True)
         ]
     return ChunkSet(merged.chunks, meta, merged.vectors)
+
+
+def _bounded(meta: dict[str, Any], chunk: Chunk) -> dict[str, Any]:
+    check_meta(meta, f"chunk {chunk.position}")
+    return meta
 
 
 def keywords(text: str, top_n: int) -> list[str]:

@@ -33,7 +33,7 @@ from ingest.dataflow.components import (
     run_worker_stage,
 )
 from ingest.dataflow.dsl import Graph
-from ingest.errors import PermanentError
+from ingest.errors import BadDocument, PermanentError
 from ingest.parsers import Section
 
 Report = Callable[[float | None, str], None]
@@ -106,7 +106,13 @@ async def run_graph(
         rt.on_progress = run.embed_progress(cid) if c.type == "Embedder" else None
         # the executor's own components hold their concatenated inputs: checked before they run
         check_held(c.label(), inputs, rt.max_chars)
-        run.finished(cid, await REGISTRY[c.type].run(c.params, inputs, rt))  # type: ignore[misc]  # run is set on every non-source type
+        try:
+            value = await REGISTRY[c.type].run(c.params, inputs, rt)  # type: ignore[misc]  # run is set on every non-source type
+        except BadDocument as exc:  # e.g. the store's refusal of a chunk's metadata: name the component
+            if str(exc).startswith("component "):
+                raise
+            raise BadDocument(f"{c.label()}: {exc}") from None
+        run.finished(cid, value)
     run.result.outputs = fit_outputs(run.result.outputs) if previews else {}
     return run.result
 

@@ -14,7 +14,10 @@ that key, checked on every request like a bearer key (``Authorization: Bearer`` 
 
 The CSRF token is an HMAC of a fixed label under the admin key: only pages shown to the admin
 hold it, every worker process computes the same one, and a POST without it (or from another
-origin) is refused.
+origin) is refused. The login and the logout hold no token, so another site could post them (log
+a browser in under the attacker's own tenant key, or out); they are refused from another origin
+too (:func:`check_origin`), and there ``Origin: null`` (what a page that sends no referrer
+gives) counts as another origin.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from fastapi import HTTPException, Request
 
@@ -104,11 +108,26 @@ def check_action(request: Request, who: Viewer, token: str) -> None:
     expected = csrf_token(ring)
     if not expected or not hmac.compare_digest(token.encode(), expected.encode()):
         raise HTTPException(403, "missing or wrong CSRF token: reload the page and try again")
+    check_origin(request, opaque_ok=True)
+
+
+def check_origin(request: Request, *, opaque_ok: bool = False) -> None:
+    """403 when the browser says the request comes from another origin: its ``Origin`` header,
+    or without one its ``Referer``'s. A request with neither (not a browser) passes.
+    ``Origin: null`` (an opaque origin: a sandboxed frame, or a page whose referrer policy is
+    ``no-referrer``, which an attacker's page can set) passes only where ``opaque_ok`` (an
+    action, which its CSRF token guards). The host and port are compared with the ``Host``
+    header, not the scheme: behind a proxy that ends TLS the browser says ``https://HOST`` while
+    this server sees http (the proxy must pass ``Host`` on)."""
     origin = request.headers.get("origin")
-    if origin and origin != "null" and origin.rstrip("/") != _own_origin(request):
+    if not origin:
+        referer = request.headers.get("referer")
+        if not referer:
+            return
+        parts = urlsplit(referer)
+        origin = f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else "null"
+    if origin == "null" and opaque_ok:
+        return
+    if origin == "null" or urlsplit(origin).netloc != request.headers.get("host", ""):
         raise HTTPException(403, f"a request from another origin ({origin}) is refused")
 
-
-def _own_origin(request: Request) -> str:
-    host = request.headers.get("host", "")
-    return f"{request.url.scheme}://{host}"

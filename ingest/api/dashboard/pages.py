@@ -20,6 +20,7 @@ from ingest.api.dashboard.access import (
     NeedsLogin,
     Viewer,
     check_action,
+    check_origin,
     csrf_token,
     identify,
     viewer,
@@ -106,11 +107,14 @@ async def kb_page(
     request: Request,
     kb_id: Id,
     q: Annotated[str, Query(max_length=1000)] = "",
-    k: Annotated[int, Query(ge=1, le=MAX_K)] = 5,
+    k: int = 5,
     who: Viewer = Depends(viewer),
 ) -> HTMLResponse:
-    """One knowledge base and its retrieval test box (the API's search, top ``k``)."""
+    """One knowledge base and its retrieval test box (the API's search, top ``k``: held to
+    1…``MAX_K`` and to the search's own cap, ``INGEST_SEARCH_MAX_K``)."""
     runtime = runtime_of(request)
+    max_k = min(MAX_K, runtime.settings.search_max_k)
+    k = max(1, min(k, max_k))
     kb = await runtime.in_db(reads.knowledge_base, runtime.settings, kb_id, who.tenant_id)
     if kb is None:
         raise NotFound(f"no knowledge base {kb_id!r}")
@@ -119,7 +123,7 @@ async def kb_page(
     if q.strip():
         try:
             hits = await run_search(runtime, kb["name"], q, k, kb["tenant_id"])
-        except IngestError as exc:
+        except (IngestError, ValueError) as exc:  # a refusal of the search (as _act's) is the page's note
             error = str(exc)
     context = {
         **base_context(request, who, None, f"Knowledge base {kb['name']}"),
@@ -127,7 +131,7 @@ async def kb_page(
         "kb": kb,
         "q": q,
         "k": k,
-        "max_k": MAX_K,
+        "max_k": max_k,
         "hits": hits,
         "error": error,
     }
@@ -149,6 +153,7 @@ def _login(request: Request, why: str, status: int = 200) -> HTMLResponse:
 
 @router.post("/login", response_class=HTMLResponse)
 async def login(request: Request) -> Response:
+    check_origin(request)  # another site's form would log this browser in under its own key
     form = await request.form()
     key = str(form.get("key") or "").strip()
     who = identify(request.app.state.keyring, key) if key else None
@@ -168,7 +173,8 @@ async def login(request: Request) -> Response:
 
 
 @router.post("/logout")
-async def logout() -> Response:
+async def logout(request: Request) -> Response:
+    check_origin(request)
     response = RedirectResponse("/dashboard/login", 303)
     response.delete_cookie(COOKIE, path=COOKIE_PATH)
     return response
