@@ -73,6 +73,8 @@ calc() { awk "BEGIN { print $* }"; }
 # One supervisor per executor number: run it, and start it again whenever it exits.
 supervise() {
   local n=$1 name="${HOST_ID}_$1" backoff=$MIN_S child="" stopping=0 rc started ran
+  # Its own handler first (bash gave this subshell the default one, not the main shell's): until
+  # here a TERM just ends the supervisor, which has started nothing yet.
   trap 'stopping=1; [ -n "$child" ] && kill -TERM "$child" 2>/dev/null' TERM INT
   while [ "$stopping" = 0 ]; do
     started=$(date +%s)
@@ -83,9 +85,18 @@ supervise() {
       exec "${EXE[@]}" "$name"
     ) &
     child=$!
+    # A TERM between the loop's check and here found no child to forward to: forward it now,
+    # or this executor would run until the container's SIGKILL.
+    [ "$stopping" = 1 ] && kill -TERM "$child" 2>/dev/null
     log "started executor $name (pid $child)"
-    rc=0
-    while kill -0 "$child" 2>/dev/null; do wait "$child"; rc=$?; done
+    # wait until the child is gone, not while kill -0 finds it: bash reaps a child that exits
+    # at once (an exec failure, 126 or 127) before any kill -0, which then read as a clean exit.
+    # A wait that a trapped TERM interrupts returns early with the child still running.
+    while :; do
+      wait "$child"
+      rc=$?
+      kill -0 "$child" 2>/dev/null || break
+    done
     child=""
     [ "$stopping" = 1 ] && { log "executor $name stopped (exit $rc)"; break; }
     ran=$(( $(date +%s) - started ))
@@ -103,6 +114,10 @@ supervise() {
   done
 }
 
+# A stop that comes while the supervisors are being started is noted, and acted on once their
+# pids are known: ending this shell then would leave them restarting executors for ever.
+stop=0
+trap 'stop=1' TERM INT
 pids=()
 for ((n = BEG; n < END; n++)); do
   supervise "$n" &
@@ -115,6 +130,7 @@ shutdown() {
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
 }
 trap shutdown TERM INT
+[ "$stop" = 1 ] && shutdown
 
 for p in "${pids[@]}"; do
   while kill -0 "$p" 2>/dev/null; do wait "$p"; done

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -173,3 +174,142 @@ def test_jemalloc_is_preloaded_without_purging_unless_the_operator_configures_it
     (tmp_path / "seen").unlink()
     preload, conf = _allocator_env(tmp_path, MALLOC_CONF="dirty_decay_ms:5000").split("|")
     assert "libjemalloc" in preload and conf == "dirty_decay_ms:5000"
+
+
+def _probe_executor(tmp_path: Path) -> Path:
+    """An executor that records its pid under ``executors/`` and sleeps a minute (TERM ends it)."""
+    (tmp_path / "executors").mkdir()
+    probe = tmp_path / "probe.sh"
+    probe.write_text(f"#!/bin/sh\ntouch {tmp_path}/executors/$$\nexec sleep 60\n")
+    probe.chmod(0o755)
+    return probe
+
+
+def _executors_left(tmp_path: Path) -> list[int]:
+    pids = [int(p.name) for p in (tmp_path / "executors").iterdir()]
+    return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+
+
+# `date` as entrypoint.sh calls it, but the first call from WHERE (its pid then written to
+# stub/window) takes 3 s: a race's window held open for the test's signal. WHERE is `main`, the
+# main shell once it has forked supervisors, or `supervisor`, one reading the clock (`date +%s`)
+# just before it starts its executor. The shell that called is told by its ancestry: the main
+# shell is the test's child, a supervisor its grandchild.
+_SLOW_DATE = """#!/bin/bash
+caller=$PPID
+parent_of() { awk '/^PPid:/ {print $2}' "/proc/$1/status"; }
+grand=$(parent_of "$caller")
+slow=
+case $STUB_WINDOW in
+  main) [ "$grand" = "$STUB_TEST_PID" ] && [ "$(grep -lx "PPid:[[:space:]]*$caller" /proc/[0-9]*/status 2>/dev/null | wc -l)" -gt 1 ] && slow=1 ;;
+  supervisor) [ "$1" = +%s ] && [ "$(parent_of "$grand")" = "$STUB_TEST_PID" ] && slow=1 ;;
+esac
+if [ -n "$slow" ] && mkdir "$STUB_DIR/slowed" 2>/dev/null; then
+  echo "$caller" >"$STUB_DIR/window.tmp" && mv "$STUB_DIR/window.tmp" "$STUB_DIR/window"
+  sleep 3
+fi
+exec {date} "$@"
+"""
+
+
+def _race_env(tmp_path: Path, window: str) -> dict[str, str]:
+    stub = tmp_path / "stub"
+    stub.mkdir()
+    date = stub / "date"
+    real_date = shutil.which("date")
+    assert real_date is not None
+    date.write_text(_SLOW_DATE.replace("{date}", real_date))
+    date.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "MALLOC_CONF")}
+    env.update(
+        {
+            "PATH": f"{stub}:{env.get('PATH', '')}",
+            "STUB_DIR": str(stub),
+            "STUB_WINDOW": window,
+            "STUB_TEST_PID": str(os.getpid()),
+            "INGEST_EXECUTOR_CMD": str(_probe_executor(tmp_path)),
+            "RESTART_BACKOFF_MIN_S": "0.1",
+            "WS": "2",
+        }
+    )
+    return env
+
+
+def _end_everything(proc: subprocess.Popen[bytes], tmp_path: Path, supervisors: list[psutil.Process]) -> None:
+    """What a failed run leaves (orphaned supervisors first, so none starts another executor)."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for sup in supervisors:
+        with contextlib.suppress(psutil.Error):
+            sup.kill()
+    for pid in _executors_left(tmp_path):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_stop_while_the_supervisors_are_being_started_stops_every_executor(tmp_path):
+    """A TERM after the supervisors are forked but before the main shell's handler was installed
+    killed the main shell and left them restarting executors for ever."""
+    env = _race_env(tmp_path, "main")
+    supervisors: list[psutil.Process] = []
+    with open(tmp_path / "entrypoint.log", "wb") as log:
+        proc = subprocess.Popen([str(ROOT / "entrypoint.sh")], env=env, stderr=log)
+    try:
+        wait_until(lambda: (tmp_path / "stub" / "window").exists(), timeout_s=20)
+        supervisors = [c for c in psutil.Process(proc.pid).children() if c.name() != "date"]
+        assert len(supervisors) == 2
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert not any(s.is_running() and s.status() != "zombie" for s in supervisors)
+        wait_until(lambda: not _executors_left(tmp_path), timeout_s=10)
+    finally:
+        _end_everything(proc, tmp_path, supervisors)
+    assert "all executors stopped" in (tmp_path / "entrypoint.log").read_text()
+
+
+def test_a_stop_just_before_an_executor_starts_stops_it(tmp_path):
+    """A TERM reaching a supervisor between its loop's check and the executor's start found no
+    child to forward to: the executor ran, and was waited for, until the container's SIGKILL."""
+    env = _race_env(tmp_path, "supervisor")
+    env["WS"] = "1"
+    supervisors: list[psutil.Process] = []
+    with open(tmp_path / "entrypoint.log", "wb") as log:
+        proc = subprocess.Popen([str(ROOT / "entrypoint.sh")], env=env, stderr=log)
+    try:
+        window = tmp_path / "stub" / "window"
+        wait_until(window.exists, timeout_s=20)
+        supervisor = int(window.read_text())
+        supervisors = [psutil.Process(supervisor)]
+        os.kill(supervisor, signal.SIGTERM)
+        # its executor (a minute's sleep) is stopped at once, and with it the supervisor and the main shell
+        assert proc.wait(timeout=15) == 0
+        wait_until(lambda: not _executors_left(tmp_path), timeout_s=10)
+    finally:
+        _end_everything(proc, tmp_path, supervisors)
+    assert "stopped (exit " in (tmp_path / "entrypoint.log").read_text()
+
+
+def test_an_executor_that_cannot_start_is_restarted_with_backoff_not_as_a_clean_exit(tmp_path):
+    """An exec failure ends the child within milliseconds; bash reaped it before the supervisor
+    looked, and it was logged as a clean exit and restarted at once, for ever."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "MALLOC_CONF")}
+    env.update(
+        {"WS": "1", "INGEST_EXECUTOR_CMD": str(tmp_path / "no-such-executor"), "RESTART_BACKOFF_MIN_S": "0.1"}
+    )
+    log_path = tmp_path / "entrypoint.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([str(ROOT / "entrypoint.sh")], env=env, stderr=log)
+    try:
+
+        def exits() -> list[str]:
+            return [line for line in log_path.read_text().splitlines() if " exited " in line]
+
+        lines = wait_until(lambda: len(found := exits()) >= 3 and found, timeout_s=20)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert all("exited with status 127" in line for line in lines[:3]), lines
+    assert [line.rsplit(" ", 1)[-1] for line in lines[:3]] == ["0.1s", "0.2s", "0.4s"]
