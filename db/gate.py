@@ -19,6 +19,15 @@ block on the wake-up stream ``notify`` (``XADD MAXLEN 1``) instead of polling.
 The scripts build tenant keys from the names in :data:`db.keys.LUA_KEYS` (each declares one
 key of the prefix, so a Cluster routes it to the slot of the prefix's hash tag); time is the
 server's (``TIME``), so executors' clocks do not matter. See ``shared/FAIRNESS.md``.
+
+A tenant's running cap is read from ``tenant:{t}:limits``, a mirror of its database row, and
+the mirror is trusted only while ``tenants:mirrored`` (:attr:`Keys.limits_mirrored`) marks it
+complete. A fresh Redis and one that lost its data look alike: no mark, no limits, and the
+default cap would let a paused or capped tenant run. So while the mark is missing the gate
+admits nothing (entries put on the priority streams directly are still read), and says so
+(:attr:`Dispatched.limits_missing`). Only a complete copy of the table sets the mark
+(:func:`ingest.tenants.copy_limits`); every executor makes one at start and within half a
+second of finding the mark gone (``executor.reconciler``), then wakes the fleet.
 """
 
 from __future__ import annotations
@@ -89,17 +98,22 @@ end
 _DISPATCH = (
     GATE_LIB
     + """
--- KEYS: the wake-up stream (routes the call on a Cluster)
+-- KEYS: the wake-up stream (routes the call on a Cluster), the limits mirror's mark
 -- ARGV: prefix, group, consumer, free slots, default max running, slot ms, park recheck ms,
 --       unpark-due max
--- returns {{{stream, entries}, ...}, more (1: tenants left unscanned), last wake-up id}
+-- returns {{{stream, entries}, ...}, more (1: tenants left unscanned), last wake-up id,
+--          limits missing (1: the mirror is not marked complete, nothing was admitted)}
 local prefix, group, consumer = ARGV[1], ARGV[2], ARGV[3]
 local free = tonumber(ARGV[4])
 local default_max, slot_ms, recheck_ms = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local now = now_ms()
 local parked = k_parked(prefix)
-for _, t in ipairs(redis.call('ZRANGEBYSCORE', parked, '-inf', now, 'LIMIT', 0, tonumber(ARGV[8]))) do
-  unpark(prefix, t)
+-- without a complete mirror a tenant's cap is unknown here (its row may pause it): admit nobody
+local limits_known = redis.call('EXISTS', KEYS[2]) == 1
+if limits_known then
+  for _, t in ipairs(redis.call('ZRANGEBYSCORE', parked, '-inf', now, 'LIMIT', 0, tonumber(ARGV[8]))) do
+    unpark(prefix, t)
+  end
 end
 local out, more = {}, 0
 local function read(q, n)
@@ -125,7 +139,7 @@ for _, p in ipairs(PRIOS) do
   free = free - read(q, free)  -- entries put on the priority stream directly (outside the gate)
   local ready = k_ready(prefix, p)
   local admitted, scanned, budget = 0, 0, 2 * free + 8
-  while admitted < free and scanned < budget do
+  while limits_known and admitted < free and scanned < budget do
     local t = redis.call('ZRANGE', ready, 0, 0)[1]
     if not t then break end
     scanned = scanned + 1
@@ -166,10 +180,10 @@ for _, p in ipairs(PRIOS) do
     end
   end
   if admitted > 0 then free = free - read(q, admitted) end
-  if free > 0 and redis.call('ZCARD', ready) > 0 then more = 1 end
+  if limits_known and free > 0 and redis.call('ZCARD', ready) > 0 then more = 1 end
 end
 local last = redis.call('XREVRANGE', k_notify(prefix), '+', '-', 'COUNT', 1)[1]
-return {out, more, last and last[1] or '0-0'}
+return {out, more, last and last[1] or '0-0', limits_known and 0 or 1}
 """
 )
 
@@ -192,14 +206,19 @@ return woke
 )
 
 
+_WAKE = GATE_LIB + "-- KEYS: the wake-up stream; ARGV: prefix\nwake(ARGV[1]) return 1"
+
+
 @dataclass(frozen=True)
 class Dispatched:
     """What one dispatch call read: the entries (raw reply), whether tenants were left
-    unscanned (call again before blocking) and the last wake-up id (block after it)."""
+    unscanned (call again before blocking), the last wake-up id (block after it) and whether
+    the limits mirror was incomplete (nothing admitted: an executor copies it, then wakes)."""
 
     reply: list[Any]
     more: bool
     last_wake: str
+    limits_missing: bool = False
 
 
 @dataclass(frozen=True)
@@ -220,6 +239,7 @@ class Gate:
         self.keys = keys
         self._dispatch = client.register_script(_DISPATCH)
         self._unpark = client.register_script(_UNPARK)
+        self._wake = client.register_script(_WAKE)
 
     def dispatch(
         self,
@@ -232,9 +252,10 @@ class Gate:
         client: redis.Redis | None = None,
     ) -> Dispatched:
         """Admit up to ``free`` tasks round robin and read them (and any entry put on the
-        priority streams directly) into ``consumer``'s pending list, high priority first."""
-        reply, more, last = self._dispatch(
-            keys=[self.keys.notify],
+        priority streams directly) into ``consumer``'s pending list, high priority first.
+        Nothing is admitted while the limits mirror is not marked complete."""
+        reply, more, last, missing = self._dispatch(
+            keys=[self.keys.notify, self.keys.limits_mirrored],
             args=[
                 self.keys.prefix,
                 group,
@@ -247,13 +268,17 @@ class Gate:
             ],
             client=client or self.client,
         )
-        return Dispatched(reply or [], bool(more), str(last))
+        return Dispatched(reply or [], bool(more), str(last), bool(missing))
 
     def unpark(self, tenant_ids: list[str]) -> bool:
         """Put tenants back into ``ready`` (after their limits changed); wakes the fleet."""
         if not tenant_ids:
             return False
         return bool(self._unpark(keys=[self.keys.parked], args=[self.keys.prefix, *tenant_ids]))
+
+    def wake(self) -> None:
+        """Wake the fleet's idle executors (they dispatch again at once)."""
+        self._wake(keys=[self.keys.notify], args=[self.keys.prefix])
 
     def tenant(self, tenant_id: str, now_ms: int) -> TenantGate:
         pipe = self.client.pipeline(transaction=False)

@@ -17,8 +17,12 @@ following ``LIFECYCLE.md`` ("Leases, reclaim, hand-back, reconcile"):
   too; an engine that refuses leaves them to ``ingest reindex``);
 - consumers with no pending entry and no heartbeat are removed from the group (one Lua script
   checks both, ``Streams.remove_consumers``);
-- the tenants' limit overrides are mirrored into Redis again when Redis lost them (the fair
-  gate reads the running cap there);
+- the tenants' limit overrides are copied into Redis wherever the copy there differs from the
+  table (a lost Redis, a ``tenant limits`` whose copy failed), and the mirror marked complete
+  (the fair gate reads the running cap there, and admits nothing without that mark); besides
+  the pass, every executor looks for the mark at start and every ``LIMITS_CHECK_S`` and makes
+  the complete copy itself when it is missing, so a fresh or emptied Redis does not hold the
+  fleet's admissions up until a pass;
 - once an hour per executor, with ``INGEST_TASK_RETENTION_S`` set, finished task rows past it
   are pruned (:func:`ingest.prune.prune_tasks`).
 
@@ -42,7 +46,6 @@ import trio
 
 from db.config import Settings
 from db.database import RETRYABLE_DB_ERRORS, connection, lock_for_update
-from db.gate import Gate
 from db.models import CANCELLED, QUEUED, RUNNING, Chunk, Task, now_ms
 from db.redis_client import on_node_of
 from db.streams import RETRYABLE_REDIS_ERRORS, Streams
@@ -53,13 +56,14 @@ from ingest import vectors
 from ingest.documents import lock_documents, recompute_documents
 from ingest.prune import prune_tasks
 from ingest.publish import MESSAGE_COLUMNS, task_message
-from ingest.tenants import all_overrides, mirror_limits
+from ingest.tenants import copy_limits
 
 log = logging.getLogger("executor.reconciler")
 
 BATCH = 1000  # rows looked at per kind and pass (queued rows: per page)
 QUEUED_PAGES_PER_PASS = 20  # queued rows looked at per pass: up to 20 pages of BATCH
 PRUNE_INTERVAL_S = 3600.0  # how often one executor prunes finished rows past their retention
+LIMITS_CHECK_S = 0.5  # how often an executor looks for the limits mirror's mark (one EXISTS)
 MIN_INTERVAL_S = 0.5
 MAX_INTERVAL_S = 60.0
 STAT_REPUBLISHED = "republished"  # every re-publish (queued and re-queued rows)
@@ -117,9 +121,40 @@ class Reconciler:
         self._orphans_seen: dict[tuple[str, int], float] = {}
 
     async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._keep_limits_mirrored)
+            while True:
+                await trio.sleep(self.interval_s * random.uniform(0.5, 1.5))
+                await self.reconcile_once()
+
+    async def _keep_limits_mirrored(self) -> None:
+        """At start, then every ``LIMITS_CHECK_S``: the complete copy of the tenants' limits when
+        the mark of one is missing (a fresh Redis, one that lost its data, a failed copy): the
+        gate admits nothing until some executor has made it."""
         while True:
-            await trio.sleep(self.interval_s * random.uniform(0.5, 1.5))
-            await self.reconcile_once()
+            await self.mirror_limits_if_missing()
+            await trio.sleep(LIMITS_CHECK_S)
+
+    async def mirror_limits_if_missing(self) -> int | None:
+        """The complete copy if the mark is missing: how many tenants it wrote; 0 when the mark
+        was there, None when a service failed (the next look tries again)."""
+        try:
+            if await self.limiters.redis(self.client.exists, self.keys.limits_mirrored):
+                return 0
+            written = await trio.to_thread.run_sync(
+                self._mirror_limits, limiter=self.limiters.db_limiter, abandon_on_cancel=True
+            )
+        except RETRYABLE_DB_ERRORS as exc:
+            self.db_outage.failed(exc)
+            return None
+        except RETRYABLE_REDIS_ERRORS as exc:
+            self.redis_outage.failed(exc)
+            return None
+        except redis.ResponseError as exc:
+            log.warning("copy of the tenants' limits refused by Redis: %s", exc)
+            return None
+        log.info("tenants' limits copied into Redis (its copy was not marked complete): %d written", written)
+        return written
 
     async def reconcile_once(self) -> ReconcileReport | None:
         """One pass in a thread; None when another executor holds the lock or a service failed."""
@@ -183,14 +218,10 @@ class Reconciler:
         return prune_tasks(self.settings, retention_s).tasks_removed
 
     def _mirror_limits(self) -> int:
-        """The limit overrides into Redis, when its mirror is missing (Redis lost its data)."""
-        if self.client.exists(self.keys.limits_mirrored):
-            return 0
-        with connection():
-            rows = all_overrides()
-        mirror_limits(self.client, self.keys, rows)
-        Gate(self.client, self.keys).unpark([t for t, _ in rows])
-        return len(rows)
+        """The complete copy of the limit overrides: each tenant whose copy in Redis differs is
+        written, then the mirror is marked complete; returns how many were written."""
+        with connection():  # no transaction: the copy reads the table twice (copy_limits)
+            return len(copy_limits(self.client, self.keys))
 
     def _without_entry(self, ids: Sequence[str]) -> set[str]:
         """Those of ``ids`` with no live stream entry: no published key, or one whose entry is

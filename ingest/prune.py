@@ -57,33 +57,48 @@ def prune_tasks(settings: Settings, older_than_s: float, *, now: int | None = No
 
 
 def _remove_batch(cutoff: int) -> tuple[int, int]:
-    """One transaction: up to BATCH removable rows, then the chunks only they held."""
+    """One transaction: up to BATCH removable rows, then the chunks only they held.
+
+    The rows are found without a lock, so the delete repeats the state and age condition: a
+    row re-queued in between (``ingest retry`` commits, then publishes) is no longer finished
+    and stays, with its chunks; only the chunks of rows this delete removed go. (A superseded
+    generation stays superseded, so the document condition needs no repeating.)"""
     with unit():
         rows = list(
             Task.select(Task.id, Task.generation)
             .join(Document, peewee.JOIN.LEFT_OUTER, on=(Task.doc_id == Document.id))
             .where(
-                Task.status.in_(REMOVABLE_STATES)
-                & (Task.update_time < cutoff)
-                & (Document.id.is_null() | (Task.generation < Document.generation))
+                _finished_before(cutoff) & (Document.id.is_null() | (Task.generation < Document.generation))
             )
             .limit(BATCH)
             .tuples()
         )
         if not rows:
             return 0, 0
+        ids = [tid for tid, _ in rows]
+        removed = Task.delete().where(Task.id.in_(ids) & _finished_before(cutoff)).execute()
+        kept = (
+            {tid for (tid,) in Task.select(Task.id).where(Task.id.in_(ids)).tuples()}
+            if removed < len(ids)
+            else set()
+        )
         by_generation: dict[int, list[str]] = defaultdict(list)
         for tid, generation in rows:
-            by_generation[int(generation)].append(tid)
+            if tid not in kept:
+                by_generation[int(generation)].append(tid)
         gone: list[str] = []
-        for generation, ids in sorted(by_generation.items()):
-            held = Chunk.select(Chunk.id).where(Chunk.task_id.in_(ids) & (Chunk.generation == generation))
+        for generation, of_rows in sorted(by_generation.items()):
+            held = Chunk.select(Chunk.id).where(Chunk.task_id.in_(of_rows) & (Chunk.generation == generation))
             gone += [cid for (cid,) in held.tuples()]
         for start in range(0, len(gone), BATCH):
             Chunk.delete().where(Chunk.id.in_(gone[start : start + BATCH])).execute()
-        removed = Task.delete().where(Task.id.in_([tid for tid, _ in rows])).execute()
     vectors.forget(ids=gone)  # rows first, then the engine
     return int(removed), len(gone)
+
+
+def _finished_before(cutoff: int) -> peewee.Expression:
+    """A removable row: finished (not dead) before ``cutoff``."""
+    return Task.status.in_(REMOVABLE_STATES) & (Task.update_time < cutoff)
 
 
 def _trim_progress(cutoff: int) -> int:

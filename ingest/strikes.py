@@ -10,7 +10,8 @@ Rules live in the ``strike`` table and are mirrored in the Redis hash ``keys.str
 version number that every change moves; executors reload the rules from the database whenever
 that version moves (they look at most every half second), on every Redis reconnect and at start.
 ``restore`` first deactivates the rule, then sets the rows it held ``queued`` (in batches, each
-its own transaction) and publishes them. A restore that stopped partway (rows still ``held``
+its own transaction) and publishes them (as a re-queue: a row whose hold is not yet acked gets
+its message published by that ack). A restore that stopped partway (rows still ``held``
 under a rule no longer active) is finished by running it again: restore also releases what
 matching inactive rules still hold, and ``ingest strikes`` lists such rules.
 """
@@ -306,7 +307,9 @@ def restore(
     mirrored = _try_mirror(settings)
     ids = sorted(r.id for r in rules + unfinished)
     rows = _release_rows(ids, ", ".join(f"#{i}" for i in ids))
-    published = publish_messages(settings, [task_message(r) for r in rows]).sent if rows else 0
+    # requeue: an executor that held a row of these rules acks its entry after its commit, so
+    # the published key may still name that entry here; its ack publishes the task then
+    published = publish_messages(settings, [task_message(r) for r in rows], requeue=True).sent if rows else 0
     return RestoreResult(
         rules=[{**_rule_dict(r), "active": False, "version": version} for r in rules]
         + [_rule_dict(r) for r in unfinished],

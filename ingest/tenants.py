@@ -11,17 +11,24 @@ the ``tenant`` table (only the overrides: a changed default reaches every tenant
 - ``max_docs`` (``INGEST_TENANT_MAX_DOCS``, 0 = no cap): documents in one submission
   (:class:`~ingest.errors.SubmissionTooLarge`).
 
-The running cap is read by the gate's Lua from ``tenant:{t}:limits``, a mirror of the row; the
-reconciler mirrors the rows again when Redis lost them.
+The running cap is read by the gate's Lua from ``tenant:{t}:limits``, a mirror of the row,
+trusted only while ``tenants:mirrored`` marks the mirror complete (:mod:`db.gate` admits nothing
+without it). Only a complete copy of the table sets that mark (:func:`copy_limits`): executors
+make one at start and whenever the mark is gone (a fresh Redis, one that lost its data), and
+the reconciler's pass makes one every time (repairing whatever a failed copy left behind).
+:func:`set_limits` copies its own tenant only, never the mark: after a loss, one tenant's
+copy says nothing of the others'.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import peewee
+import redis
 
 from db.config import Settings
 from db.database import init_database, lock_for_update, unit
@@ -29,9 +36,15 @@ from db.gate import Gate
 from db.keys import Keys, check_tenant
 from db.models import HELD, QUEUED, RUNNING, UNFINISHED_STATES, Task, Tenant, now_ms
 from db.streams import connect
-from ingest.errors import SubmissionTooLarge, TenantQueueFull
+from ingest.errors import RetryableError, SubmissionTooLarge, TenantQueueFull
 
 LIMITS = ("max_running", "max_queued", "max_docs")
+COPY_ROUNDS = 3  # reads of the table a complete copy makes while set_limits keeps changing it
+
+
+class MirrorError(RetryableError):
+    """The limits are stored, but their copy into Redis failed (the gate may still apply the
+    old ones); the message says what repairs it. Setting the same limits again is harmless."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +98,9 @@ def set_limits(
     changes: Mapping[str, int | None],
 ) -> Limits:
     """Store overrides (a value) or drop them (None: back to the default), then mirror the
-    running cap into Redis and let the gate look at the tenant again."""
+    running cap into Redis and let the gate look at the tenant again. A copy that fails
+    raises :class:`MirrorError` (the row is changed all the same): the mirror is marked
+    incomplete where Redis lets it be, so that executors copy every tenant again at once."""
     check_tenant(tenant_id)
     for name, value in changes.items():
         if name not in LIMITS:
@@ -100,25 +115,93 @@ def set_limits(
             Tenant.update(**dict(changes), update_time=now).where(Tenant.id == tenant_id).execute()
         row = Tenant.get(Tenant.id == tenant_id)
     limits = _limits(settings, tenant_id, row)
-    client = connect(settings)
+    keys = Keys(settings.key_prefix)
+    client = None
     try:
-        keys = Keys(settings.key_prefix)
+        client = connect(settings)
         mirror_limits(client, keys, [(tenant_id, limits.overrides)])
         Gate(client, keys).unpark([tenant_id])
+    except redis.RedisError as exc:
+        raise MirrorError(_not_mirrored(client, keys, tenant_id, exc)) from exc
     finally:
-        client.close()
+        if client is not None:
+            client.close()
     return limits
 
 
+def _not_mirrored(client: Any, keys: Keys, tenant_id: str, exc: Exception) -> str:
+    """After a failed copy of one tenant's limits: drop the mark of a complete mirror, so that
+    executors copy every tenant again (the gate admits nothing until one has); what to say."""
+    stored = f"limits of tenant {tenant_id} stored, but not copied into Redis ({exc})"
+    if client is not None:
+        with contextlib.suppress(redis.RedisError):
+            client.delete(keys.limits_mirrored)
+            return (
+                f"{stored}; the mirror is marked incomplete: the gate admits no tenant's work "
+                "until an executor has copied every tenant's limits again (at once while one runs)"
+            )
+    return (
+        f"{stored}; the reconciler's next pass copies every tenant's limits again "
+        "(or set these again once Redis answers)"
+    )
+
+
 def mirror_limits(client: Any, keys: Keys, rows: Sequence[tuple[str, Mapping[str, int]]]) -> None:
-    """Write each tenant's overrides into ``tenant:{t}:limits`` (only what it overrides)."""
+    """Write each tenant's overrides into ``tenant:{t}:limits`` (only what it overrides). It
+    never marks the mirror complete: only :func:`copy_limits` does."""
+    if not rows:
+        return
     pipe = client.pipeline(transaction=True)
     for tenant_id, overrides in rows:
         pipe.delete(keys.limits(tenant_id))
         if overrides:
             pipe.hset(keys.limits(tenant_id), mapping={k: str(v) for k, v in overrides.items()})
-    pipe.set(keys.limits_mirrored, "1")
     pipe.execute()
+
+
+def copy_limits(client: Any, keys: Keys) -> list[str]:
+    """A complete copy: every stored tenant's overrides into Redis where its copy differs, then
+    the mark that the mirror is complete, and a wake-up of the fleet (the gate admitted nothing
+    without it). Returns the tenants whose copy was written.
+
+    Call on a connection *without* a transaction (``connection()``): the table is read again
+    after the write and must show what committed since. A :func:`set_limits` that committed
+    after the first read and wrote its copy before this one would otherwise be overwritten with
+    the older value, for good; so while the second read differs the copy is made again, and the
+    mark is set only after a read that matched. Still changing after :data:`COPY_ROUNDS` reads,
+    the mark is dropped instead: the next pass copies again."""
+    rows = all_overrides()
+    written: dict[str, None] = {}  # in order, once each
+    for _ in range(COPY_ROUNDS):
+        stale = _differing(client, keys, rows)
+        mirror_limits(client, keys, stale)
+        written.update(dict.fromkeys(t for t, _ in stale))
+        again = all_overrides()
+        if again == rows:
+            gate = Gate(client, keys)
+            if not client.exists(keys.limits_mirrored):
+                client.set(keys.limits_mirrored, "1")
+                gate.wake()  # idle executors dispatch again now, not after their ≤ 2 s block
+            gate.unpark(list(written))
+            return list(written)
+        rows = again
+    client.delete(keys.limits_mirrored)  # still changing: the next look copies again
+    return list(written)
+
+
+def _differing(
+    client: Any, keys: Keys, rows: Sequence[tuple[str, dict[str, int]]]
+) -> list[tuple[str, dict[str, int]]]:
+    """Those of ``rows`` whose copy in Redis is not exactly their overrides."""
+    pipe = client.pipeline(transaction=False)
+    for tenant_id, _ in rows:
+        pipe.hgetall(keys.limits(tenant_id))
+    copies = pipe.execute() if rows else []
+    return [
+        (tenant_id, overrides)
+        for (tenant_id, overrides), copy in zip(rows, copies, strict=True)
+        if copy != {k: str(v) for k, v in overrides.items()}
+    ]
 
 
 def all_overrides() -> list[tuple[str, dict[str, int]]]:

@@ -57,9 +57,15 @@ async def await_until(predicate: Callable[[], T], timeout_s: float = 30.0, inter
 
 def admit(rclient: Any, keys: Any, consumer: str, count: int = 1000) -> list[tuple[str, str]]:
     """As an executor's read would: admit up to ``count`` entries through the fair gate into
-    ``consumer``'s pending list; returns their (stream, entry id)."""
+    ``consumer``'s pending list; returns their (stream, entry id). The tenants' limits are
+    copied into Redis first where the copy is not marked complete, as every executor does."""
+    from db.database import connection
     from db.gate import Gate
+    from ingest.tenants import copy_limits
 
+    if not rclient.exists(keys.limits_mirrored):
+        with connection():
+            copy_limits(rclient, keys)
     got = Gate(rclient, keys).dispatch(
         keys.group, consumer, count, default_max_running=10**6, slot_ms=600_000
     )

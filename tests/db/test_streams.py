@@ -8,7 +8,9 @@ from tests.lifecycle import rule
 
 
 def _read(rclient, keys, consumer, stream=None, free=10):
-    """What ``consumer`` reads through the fair gate (an executor's read of new entries)."""
+    """What ``consumer`` reads through the fair gate (an executor's read of new entries). No
+    tenant has stored limits here: the mirror's mark stands for a complete copy of none."""
+    rclient.set(keys.limits_mirrored, "1")
     got = Gate(rclient, keys).dispatch(keys.group, consumer, free, default_max_running=100, slot_ms=60_000)
     return [
         (s, eid, dict(zip(flat[::2], flat[1::2], strict=True)))

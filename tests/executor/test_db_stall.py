@@ -18,12 +18,11 @@ from collections.abc import Iterator
 import pymysql
 
 from db.database import DbUrl
-from db.gate import Gate
 from db.models import DONE, QUEUED, RUNNING, Task
 from executor.collector import HOPS_STOP_WAIT_S
 from executor.daemon import FINISH_WAIT_S
 from tests.executor.support import all_in, enqueue, row, task_spec
-from tests.helpers import wait_until
+from tests.helpers import admit, wait_until
 from tests.observe import TcpProxy, wait_health
 from tests.procs import ExecutorProcess, free_port
 
@@ -219,15 +218,8 @@ def test_a_stop_gives_up_a_take_over_held_up_by_the_database_within_the_bound_no
     xsettings, streams, db, tmp_path
 ):
     (held,) = enqueue(streams, [task_spec("noop")])
-    gate = Gate(streams.client, streams.keys)
-    got = gate.dispatch(
-        streams.keys.group,
-        "host_1",
-        1,
-        default_max_running=xsettings.tenant_max_running,
-        slot_ms=streams.slot_ms,
-    )
-    assert got.reply  # pending under host_1, as if its previous process had died holding it
+    # pending under host_1, as if its previous process had died holding it
+    assert admit(streams.client, streams.keys, "host_1", 1)
     lock = _lock_row(xsettings.db_url, held)
     try:
         settings = xsettings.replace(shutdown_grace_s=60)
