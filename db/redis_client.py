@@ -289,19 +289,19 @@ def _sentinel_pool(
     conn: dict[str, Any] = {**kwargs, "db": db}
     if spec.tls:
         conn["ssl"] = True
+    # redis-py's pool drops ``ssl`` when it is given a class: the class is what makes it TLS
+    following = _FollowingTlsConnection if spec.tls else _FollowingConnection
     if max_connections:
         conn["max_connections"] = max_connections
         return _BoundedSentinelPool(
             master,
             manager,
             is_master=True,
-            connection_class=_FollowingConnection,
+            connection_class=following,
             wait_s=pool_timeout_s,
             **conn,
         )
-    return SentinelConnectionPool(
-        master, manager, is_master=True, connection_class=_FollowingConnection, **conn
-    )
+    return SentinelConnectionPool(master, manager, is_master=True, connection_class=following, **conn)
 
 
 class _BoundedSentinelPool(SentinelConnectionPool):
@@ -355,6 +355,11 @@ class _FollowingConnection(SentinelManagedConnection):
             )
             return
         super()._connect_retry()  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
+
+
+class _FollowingTlsConnection(_FollowingConnection, SSLConnection):
+    """The same over TLS (``rediss+sentinel://``), as redis-py's ``SentinelManagedSSLConnection``."""
+
 
 
 def _cluster(spec: RedisTarget, kwargs: dict[str, Any]) -> redis.RedisCluster:
