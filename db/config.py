@@ -311,7 +311,8 @@ class Settings:
                 values[name] = value
         values["home"] = os.path.expanduser(str(values.get("home") or _default_home()))
         if "db_url" not in values and "redis_url" not in values:  # the embedded default
-            values["db_url"] = f"sqlite:///{values['home']}/ingest.db"
+            # quoted: a "%41" in the home is not an "A" (DbUrl.parse unquotes the path once)
+            values["db_url"] = f"sqlite:///{quote(values['home'])}/ingest.db"
             from db.embedded import embedded_url
 
             values["redis_url"] = embedded_url(values["home"])

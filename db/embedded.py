@@ -3,12 +3,21 @@ with streams, consumer groups and XAUTOCLAIM) on a unix socket under ``INGEST_HO
 every process of the host that runs with no Redis URL and no database URL configured.
 
 The first process that needs it starts it (daemonized, so a Ctrl-C of that process does not take
-it down); the others attach. Each attached process registers its pid under ``holders/``; a
-process that detaches removes its pid and, when no live holder is left (a pid that no longer
-runs does not count), shuts the server down (its append-only file keeps the streams for the next
-start). An executor holds it for its whole life, a CLI verb for the verb's. Starting and
-stopping happen under an exclusive lock (``redis.lock``), so two processes never start two
-servers, nor stop one another has just attached to.
+it down); the others attach. Each attachment registers a file ``holders/{pid}.{token}`` (a
+process may hold it several times: a service with a ``Client`` per request); a detach removes one
+of its process's files and, when no live holder is left (a pid that no longer runs does not
+count), shuts the server down (its append-only file keeps the streams for the next start). An
+executor holds it for its whole life, a CLI verb for the verb's. Starting and stopping happen
+under an exclusive lock (``redis.lock``), so two processes never start two servers, nor stop one
+another has just attached to.
+
+A server is never started beside one that still runs on this home (its pid file names it, or a
+``redis-server`` runs with this home as its directory): one that answers nothing while its
+socket is there is loading its append-only file or busy, and is waited for; one whose socket
+file was removed (a ``/tmp`` cleaner) can never be reached again, and is stopped cleanly first
+(SIGTERM: Redis writes its append-only file out and exits), then started afresh on the same
+file. While :func:`held` holds it, a watchdog checks every :data:`WATCH_INTERVAL_S` that it
+answers, and starts it again (the same way, under the lock) when it crashed or was killed.
 
 Everything the project asks of Redis works on 6.2: the scripts read XAUTOCLAIM's reply as
 ``{cursor, entries}`` (7 adds a third element, the deleted ids, which they do not use, and a
@@ -20,22 +29,36 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import shutil
+import signal
 import subprocess
+import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+log = logging.getLogger("db.embedded")
 
 SOCKET = "redis.sock"
+PID_FILE = "redis.pid"
 MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux (104 on macOS)
 START_TIMEOUT_S = 15.0
+STOP_TIMEOUT_S = 10.0
+WATCH_INTERVAL_S = 1.0
 
 
 def embedded_url(home: str) -> str:
-    return f"unix://{Path(home) / SOCKET}"
+    """``unix://`` and the socket's path, quoted: a ``#``, ``?`` or ``%`` in ``home`` stays in the
+    path (redis-py unquotes it once)."""
+    return f"unix://{quote(str(Path(home) / SOCKET))}"
 
 
 def is_embedded(redis_url: str, home: str) -> bool:
@@ -67,6 +90,17 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _holder_pid(name: str) -> int:
+    """The pid of a file under ``holders/``: ``{pid}.{token}`` (or an older ``{pid}``); 0 if none."""
+    head = name.partition(".")[0]
+    return int(head) if head.isdigit() else 0
+
+
+def _conf_value(text: str) -> str:
+    """``text`` as one double-quoted argument of ``redis.conf``."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 class EmbeddedRedis:
     """The server under ``home``: :meth:`attach` (start it if needed), :meth:`detach`."""
 
@@ -74,7 +108,8 @@ class EmbeddedRedis:
         self.home = Path(home).expanduser()
         self.socket = self.home / SOCKET
         self.holders = self.home / "holders"
-        self.url = f"unix://{self.socket}"
+        self.pid_file = self.home / PID_FILE
+        self.url = embedded_url(str(self.home))
         if len(str(self.socket)) > MAX_SOCKET_PATH:
             raise RuntimeError(
                 f"INGEST_HOME {self.home} is too long for a unix socket path ({MAX_SOCKET_PATH} bytes at most)"
@@ -90,10 +125,17 @@ class EmbeddedRedis:
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
+    def _client(self, *, timeout_s: float) -> redis.Redis:
+        """A client of the socket that tries once: redis-py's default retries (with backoff) would
+        make a probe of a dead server, or a SHUTDOWN, last seconds."""
+        return redis.Redis(
+            unix_socket_path=str(self.socket), socket_timeout=timeout_s, retry=Retry(NoBackoff(), 0)
+        )
+
     def answers(self) -> bool:
         if not self.socket.exists():
             return False
-        client = redis.Redis(unix_socket_path=str(self.socket), socket_timeout=2)
+        client = self._client(timeout_s=2)
         try:
             return bool(client.ping())
         except (redis.RedisError, OSError):
@@ -102,10 +144,11 @@ class EmbeddedRedis:
             client.close()
 
     def live_holders(self) -> list[int]:
-        """The pids registered as holders that still run (the others' files are removed)."""
+        """The pids registered as holders that still run, once per attachment they hold (the
+        files of pids that no longer run are removed)."""
         live = []
         for entry in self.holders.glob("*") if self.holders.exists() else []:
-            pid = int(entry.name) if entry.name.isdigit() else 0
+            pid = _holder_pid(entry.name)
             if pid and _alive(pid):
                 live.append(pid)
             else:
@@ -113,35 +156,75 @@ class EmbeddedRedis:
         return sorted(live)
 
     def attach(self, pid: int | None = None) -> str:
-        """Start the server if it does not answer, register ``pid`` (this process) as a holder;
-        returns the server's ``unix://`` URL."""
+        """Start the server if it does not answer, register one attachment of ``pid`` (this
+        process); returns the server's ``unix://`` URL."""
         with self._locked():
             if not self.answers():
                 self._start()
             self.holders.mkdir(exist_ok=True)
-            (self.holders / str(pid or os.getpid())).touch()
+            (self.holders / f"{pid or os.getpid()}.{uuid.uuid4().hex}").touch()
         return self.url
 
     def detach(self, pid: int | None = None) -> bool:
-        """Unregister ``pid``; stop the server when no live holder is left. True if stopped."""
+        """Unregister one attachment of ``pid``; stop the server when no live holder is left
+        (another attachment of the same process holds it too). True if stopped."""
         with self._locked():
-            (self.holders / str(pid or os.getpid())).unlink(missing_ok=True)
+            own = pid or os.getpid()
+            mine = sorted(e for e in self.holders.glob("*") if _holder_pid(e.name) == own)
+            if mine:
+                mine[0].unlink(missing_ok=True)
             if self.live_holders() or not self.answers():
                 return False
             self._stop()
             return True
 
+    def revive(self) -> bool:
+        """Start the server again if it does not answer (it crashed, or was killed); True if
+        this call started it. What a holder's watchdog calls."""
+        with self._locked():
+            if self.answers():
+                return False
+            self._start()
+            return True
+
+    def running_pid(self) -> int | None:
+        """The pid of a ``redis-server`` that runs on this home (whether it answers or not): the
+        one its pid file names, else one whose working directory is this home; None if none."""
+        import psutil
+
+        with contextlib.suppress(OSError, ValueError):
+            named = int(self.pid_file.read_text().strip())
+            if self._runs_here(named):
+                return named
+        for proc in psutil.process_iter():  # the pid file was removed too
+            if self._runs_here(proc.pid):
+                return proc.pid
+        return None
+
+    def _runs_here(self, pid: int) -> bool:
+        """Whether ``pid`` is a ``redis-server`` (not a zombie) whose directory is this home."""
+        import psutil
+
+        try:
+            proc = psutil.Process(pid)
+            return "redis-server" in proc.name() and Path(proc.cwd()) == self.home.resolve()
+        except psutil.Error:  # gone, a zombie, or another user's
+            return False
+
     def _start(self) -> None:
+        running = self.running_pid()
+        if running is not None and self._wait_or_stop(running):
+            return
         self.socket.unlink(missing_ok=True)  # a server that died left it
         config = "\n".join(
             [
                 "port 0",
-                f'unixsocket "{self.socket}"',
+                f"unixsocket {_conf_value(str(self.socket))}",
                 "unixsocketperm 700",
-                f'dir "{self.home}"',
+                f"dir {_conf_value(str(self.home))}",
                 "daemonize yes",
-                f'pidfile "{self.home / "redis.pid"}"',
-                f'logfile "{self.home / "redis.log"}"',
+                f"pidfile {_conf_value(str(self.pid_file))}",
+                f"logfile {_conf_value(str(self.home / 'redis.log'))}",
                 "appendonly yes",
                 "appendfsync everysec",
                 'save ""',
@@ -158,8 +241,42 @@ class EmbeddedRedis:
                 raise RuntimeError(f"the embedded Redis did not start: see {self.home / 'redis.log'}")
             time.sleep(0.02)
 
+    def _wait_or_stop(self, pid: int) -> bool:
+        """A server ``pid`` still runs on this home but did not answer: True once it answers
+        (with its socket there it is loading its append-only file, or busy: waited for, up to
+        :data:`START_TIMEOUT_S`, never touched); with its socket gone (a ``/tmp`` cleaner) it can
+        never be reached again, so it is stopped cleanly (SIGTERM: Redis writes its append-only
+        file out and exits) and False returned, to start a fresh one on the same file. Raises
+        rather than start a second server beside one that still runs."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while self.socket.exists():
+            if self.answers():
+                return True
+            if not self._runs_here(pid):
+                return False  # it ended meanwhile (shut down, or crashed while loading)
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the embedded Redis (pid {pid}) runs but does not answer (loading its append-only "
+                    f"file, or busy): not starting a second one; see {self.home / 'redis.log'}"
+                )
+            time.sleep(0.1)
+        log.warning(
+            "the embedded Redis (pid %d) lost its socket %s: stopping it to start it again", pid, self.socket
+        )
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while self._runs_here(pid):
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the embedded Redis (pid {pid}) lost its socket and did not stop on SIGTERM within "
+                    f"{STOP_TIMEOUT_S:g} s: not starting a second one"
+                )
+            time.sleep(0.05)
+        return False
+
     def _stop(self) -> None:
-        client = redis.Redis(unix_socket_path=str(self.socket), socket_timeout=5)
+        client = self._client(timeout_s=5)
         with contextlib.suppress(redis.ConnectionError):  # SHUTDOWN closes the connection
             client.shutdown()
         client.close()
@@ -168,16 +285,39 @@ class EmbeddedRedis:
             time.sleep(0.02)
 
 
+def _keep_up(server: EmbeddedRedis, stop: threading.Event, interval_s: float) -> None:
+    """Until ``stop``: every ``interval_s``, start the server again if it does not answer."""
+    while not stop.wait(interval_s):
+        if server.answers():
+            continue
+        try:
+            if server.revive():
+                log.warning("the embedded Redis did not answer: started it again (%s)", server.home)
+        except (RuntimeError, OSError, subprocess.SubprocessError, redis.RedisError) as exc:
+            # the next round tries again; the executor's loops meanwhile back off and redial
+            log.warning("the embedded Redis does not answer and was not started again: %s", exc)
+
+
 @contextlib.contextmanager
-def held(redis_url: str, home: str) -> Iterator[str]:
+def held(redis_url: str, home: str, *, watch_s: float = WATCH_INTERVAL_S) -> Iterator[str]:
     """For the body of the block, the embedded server when ``redis_url`` is the embedded one
-    (started if needed, stopped after if nobody else holds it); any other URL passes as it is."""
+    (started if needed, started again by a watchdog thread every ``watch_s`` (0: never) if it
+    dies meanwhile, stopped after if nobody else holds it); any other URL passes as it is."""
     if not is_embedded(redis_url, home):
         yield redis_url
         return
     server = EmbeddedRedis(home)
     url = server.attach()
+    stop = threading.Event()
+    watchdog = threading.Thread(
+        target=_keep_up, args=(server, stop, watch_s), name="embedded-redis-watchdog", daemon=True
+    )
+    if watch_s > 0:
+        watchdog.start()
     try:
         yield url
     finally:
+        stop.set()
+        if watchdog.is_alive():
+            watchdog.join()  # before the detach: it must not start what the detach stops
         server.detach()

@@ -8,6 +8,7 @@ import logging
 import os
 import random
 import re
+import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -100,6 +101,55 @@ def stagger_delay_s(consumer: str, stagger_s: float, rng: random.Random | None =
     return consumer_number(consumer) * stagger_s + (rng or random).uniform(0, STAGGER_JITTER_S)
 
 
+class StartUpStopped(Exception):
+    """A SIGTERM or SIGINT during the staggered start: :func:`main` returns ``EXIT_OK``."""
+
+
+class StartUpSignals:
+    """SIGTERM and SIGINT from the start of :func:`main` until the daemon's own handlers take
+    over: each logs ``SIGTERM during start-up: stopping (…)`` and the process exits 0 at once
+    (README, Crashes). The staggered sleep is ended by :class:`StartUpStopped`; later (attaching
+    the embedded Redis, building the daemon) a signal is noted and acted on at the next step, or
+    handed to the daemon as a stop request once it exists, so no attachment is left half made."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self) -> None:
+        self.phase = "nothing was being waited for"
+        self.stopped = False
+        self.sleeping = False
+        self.daemon: Any = None
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        for signum in self.SIGNALS:
+            self._previous[signum] = signal.signal(signum, self._handle)
+
+    def restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if not self.stopped:
+            log.info("%s during start-up: stopping (%s)", signal.Signals(signum).name, self.phase)
+        self.stopped = True
+        if self.daemon is not None:
+            self.daemon.request_stop()  # before its handlers: it stops as soon as it starts
+        elif self.sleeping:
+            raise StartUpStopped
+
+    def sleep(self, delay_s: float) -> None:
+        self.phase = f"staggered start: waiting {delay_s:.2f} s"
+        self.sleeping = True
+        try:
+            if self.stopped:  # it came just before
+                raise StartUpStopped
+            time.sleep(delay_s)
+        finally:
+            self.sleeping = False
+            self.phase = "nothing was being waited for"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         consumer, settings = parse_args(sys.argv[1:] if argv is None else argv, os.environ)
@@ -114,17 +164,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.warning(
             "allocator: %s; entrypoint.sh preloads jemalloc with MALLOC_CONF=%s", allocator, JEMALLOC_CONF
         )
+    signals = StartUpSignals()
+    signals.install()
+    try:
+        return _run(consumer, settings, signals)
+    except StartUpStopped:
+        return EXIT_OK
+    finally:
+        signals.restore()
+
+
+def _run(consumer: str, settings: Settings, signals: StartUpSignals) -> int:
+    """The staggered start, then the daemon under the embedded Redis (when it is the one)."""
     delay = stagger_delay_s(consumer, settings.stagger_s)
     if delay:
         log.info("staggered start: waiting %.2f s", delay)
-        time.sleep(delay)
+        signals.sleep(delay)
     from db.embedded import held
     from executor.daemon import Daemon
     from executor.heartbeat import NameInUse
 
+    if signals.stopped:
+        return EXIT_OK
     try:
         with held(settings.redis_url, settings.home):  # the embedded Redis lives while this runs
-            trio.run(Daemon(settings, consumer, handle_signals=True).run)
+            signals.daemon = Daemon(settings, consumer, handle_signals=True)
+            if signals.stopped:  # a signal came before the daemon could take it
+                return EXIT_OK
+            trio.run(signals.daemon.run)
     except NameInUse as exc:
         log.error("refusing to start: %s", exc)
         return EXIT_NAME_IN_USE

@@ -23,6 +23,7 @@ EMBEDDED_TESTS=(
   tests/executor/test_parse_handler.py
   tests/reliability/test_executor_kills.py
   tests/reliability/test_executor_kills_parse.py
+  tests/reliability/test_embedded_redis_crash.py
 )
 status=0
 services=ran

@@ -1,0 +1,59 @@
+"""A process that holds the embedded Redis through ``held`` (an executor, a CLI verb) starts it
+again when it crashed (kill -9, the OOM killer), and only once however many hold it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+from db.embedded import EmbeddedRedis, embedded_url, held
+from tests.db.embedded_support import own_home, servers_on
+from tests.helpers import wait_until
+from tests.procs import ROOT
+
+__all__ = ["own_home"]
+
+
+def test_a_killed_server_is_started_again_by_its_holder(own_home):
+    server = EmbeddedRedis(own_home)
+    with held(embedded_url(own_home), own_home):
+        (first,) = servers_on(own_home)
+        os.kill(first, signal.SIGKILL)
+        wait_until(lambda: server.answers(), 10)
+        (again,) = servers_on(own_home)
+        assert again != first
+    assert not server.answers() and servers_on(own_home) == []  # the last holder stopped it
+
+
+def test_holders_in_several_processes_start_one_server_again(own_home):
+    code = (
+        "import sys, time; from db.embedded import embedded_url, held; h = sys.argv[1]\n"
+        "with held(embedded_url(h), h):\n"
+        "    print('held', flush=True); sys.stdin.read()\n"
+    )
+    holders = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, own_home],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    try:
+        for proc in holders:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        server = EmbeddedRedis(own_home)
+        for _ in range(2):
+            (first,) = servers_on(own_home)
+            os.kill(first, signal.SIGKILL)
+            wait_until(lambda f=first: server.answers() and servers_on(own_home) != [f], 10)
+            assert len(servers_on(own_home)) == 1
+    finally:
+        for proc in holders:
+            proc.communicate("", timeout=30)
+    assert [proc.returncode for proc in holders] == [0, 0, 0]
+    assert servers_on(own_home) == []
