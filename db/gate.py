@@ -6,7 +6,8 @@ pending entries, leases, the reclaim sweep, the delivery cap and dead letters wo
 before. One Lua call (:meth:`Gate.dispatch`) replaces the read of new entries: it admits work
 round robin over the tenants that have backlog and a free slot (``ready:{p}``, scored by a
 counter, lowest first), and reads what it admitted into the caller's pending list, never more
-than the caller's free slots.
+than the caller's free slots. An admitted entry keeps its backlog entry's id in the field
+``published`` (the time of its publish; its own id holds the time of its admission).
 
 A *slot* is a member ``{p}:{entry id}`` of ``tenant:{t}:running``, scored by its deadline
 (now + 2 × the redelivery timeout). Lease renewals and reclaims re-arm it (the entry id
@@ -158,7 +159,8 @@ for _, p in ipairs(PRIOS) do
       local es = redis.call('XRANGE', backlog, '-', '+', 'COUNT', take)
       for _, e in ipairs(es) do
         local task = field_of(e[2], 'task')
-        local id = redis.call('XADD', q, '*', 'message', field_of(e[2], 'message') or '', 'tenant', t)
+        local id = redis.call('XADD', q, '*', 'message', field_of(e[2], 'message') or '', 'tenant', t,
+          'published', e[1])  -- the backlog entry's id: its publish time (start latency)
         redis.call('XDEL', backlog, e[1])
         redis.call('ZADD', running, deadline, p .. ':' .. id)
         if task then  -- the published key follows its entry across the gate

@@ -361,7 +361,6 @@ class _FollowingTlsConnection(_FollowingConnection, SSLConnection):
     """The same over TLS (``rediss+sentinel://``), as redis-py's ``SentinelManagedSSLConnection``."""
 
 
-
 def _cluster(spec: RedisTarget, kwargs: dict[str, Any]) -> redis.RedisCluster:
     from redis.cluster import ClusterNode
 

@@ -278,6 +278,7 @@ class Entry:
     raw: str | None  # None when the entry has no ``message`` field
     deliveries: int = 1
     reclaimed: bool = False  # came by XAUTOCLAIM (its owner stopped renewing): takes the task over
+    published: str | None = None  # its backlog entry's id (the publish time), set by the gate
 
     @property
     def key(self) -> tuple[str, str]:
@@ -498,5 +499,8 @@ def _pairs(flat: Sequence[Any] | None) -> dict[str, Any] | None:
 
 
 def decode_entry(stream: str, entry_id: str, fields: Mapping[str, Any] | None, **kw: Any) -> Entry:
-    raw = None if not fields else fields.get("message")
-    return Entry(stream=stream, entry_id=entry_id, raw=raw, **kw)
+    if not fields:
+        return Entry(stream=stream, entry_id=entry_id, raw=None, **kw)
+    return Entry(
+        stream=stream, entry_id=entry_id, raw=fields.get("message"), published=fields.get("published"), **kw
+    )

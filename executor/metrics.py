@@ -4,11 +4,14 @@ Counters (exposed with ``_total``), labelled ``executor`` and ``task_type``:
 ``ingest_tasks_started`` (a slot taken), ``_succeeded``, ``_failed`` (timeouts included),
 ``_retried`` (each retry in place), ``_dead_lettered``, ``_stricken`` (held by a strike),
 ``_cancelled``, ``_timed_out``, ``_handed_back``. Histograms ``ingest_task_duration_seconds``
-and ``ingest_task_start_latency_seconds`` (publish time, read from the stream entry's id, to the
-start). Gauges ``ingest_tasks_running``; fleet-wide figures each executor reports as it sees
-them, refreshed off the hot path every few seconds in one pipelined call: ``ingest_queue_depth``
-(entries in the stream: waiting or pending) and ``ingest_pending`` (read, not yet acked) per
-``priority``, ``ingest_dead_letters``; ``ingest_strikes_in_effect``. Counters
+and ``ingest_task_start_latency_seconds`` (publish to start: the publish time is that of the
+tenant backlog's entry, whose id the gate copies into the admitted entry's ``published`` field, or
+for an entry put on a priority stream directly, its own id's). Gauges ``ingest_tasks_running``;
+fleet-wide figures each executor reports as it sees them, refreshed off the hot path every few
+seconds in one pipelined call after the gate's tenants are listed: ``ingest_queue_depth`` (entries
+in the priority stream, waiting or pending, plus those waiting in the backlogs of the tenants at
+the gate) and ``ingest_pending`` (read, not yet acked) per ``priority``, ``ingest_dead_letters``;
+``ingest_strikes_in_effect``. Counters
 ``ingest_redis_disruptions`` and ``ingest_db_disruptions`` (failed calls that were then
 retried), ``ingest_chunks_embedded``, ``ingest_embed_seconds``; histogram ``ingest_embed_batch_size``.
 Never a task id as a label. The per-task series are plain numbers that only the trio thread
@@ -40,6 +43,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
+from db.gate import Gate
 from db.keys import Keys
 from executor.serving import ServingStatistics, SmallServer
 
@@ -125,7 +129,7 @@ class _TaskSeriesCollector:
         )
         latency = HistogramMetricFamily(
             "ingest_task_start_latency_seconds",
-            "Time from a task's publish (its stream entry) to its start",
+            "Time from a task's publish (its backlog entry) to its start",
             labels=by_type,
         )
         for task_type, s in series:
@@ -150,7 +154,10 @@ class Metrics:
         r.register(_TaskSeriesCollector(self))
         by_prio = ("executor", "priority")
         self.queue_depth = Gauge(
-            "ingest_queue_depth", "Entries in a priority stream (waiting or pending)", by_prio, registry=r
+            "ingest_queue_depth",
+            "Entries in a priority stream (waiting or pending) and waiting in its tenants' backlogs",
+            by_prio,
+            registry=r,
         )
         self.pending = Gauge(
             "ingest_pending", "Entries of a priority stream read and not yet acked", by_prio, registry=r
@@ -183,6 +190,7 @@ class Metrics:
         self._types: dict[str, _TypeSeries] = {}
         self._known: frozenset[str] = frozenset()
         self._server: SmallServer | None = None
+        self._gate: Gate | None = None  # for the queue depth: the tenants at the gate
 
     # -- series per task type -----------------------------------------------------------------
     def _of(self, task_type: str) -> _TypeSeries:
@@ -198,11 +206,13 @@ class Metrics:
         self._known = frozenset(task_types)
 
     # -- events (the trio thread only: plain adds) -----------------------------------------------
-    def task_started(self, task_type: str, entry_id: str) -> None:
+    def task_started(self, task_type: str, published_id: str) -> None:
+        """``published_id``: the id whose time is the task's publish (``Entry.published``, the
+        backlog entry's, or the entry's own for one put on a priority stream directly)."""
         s = self._of(task_type)
         s.counts["started"] += 1
         s.running += 1
-        published = entry_time_s(entry_id)
+        published = entry_time_s(published_id)
         if published is not None:
             latency = max(0.0, time.time() - published)
             s.latency[bisect_left(LATENCY_BUCKETS, latency)] += 1
@@ -272,19 +282,28 @@ class Metrics:
 
     # -- fleet-wide gauges ----------------------------------------------------------------------
     def stream_figures(self, client: redis.Redis, keys: Keys) -> None:
-        """XLEN and the XPENDING summary of every priority stream and XLEN of the dead letters,
-        in one pipelined round trip (blocking; call in a thread)."""
+        """XLEN and the XPENDING summary of every priority stream, XLEN of the backlogs of the
+        tenants at the gate (waiting work sits there until admitted) and XLEN of the dead letters,
+        in one pipelined round trip after the gate's tenants are listed (blocking; call in a thread)."""
+        if self._gate is None or self._gate.client is not client or self._gate.keys != keys:
+            self._gate = Gate(client, keys)
+        tenants = self._gate.tenants_at_gate()
         pipe = client.pipeline(transaction=False)
         for stream in keys.queues:
+            priority = keys.priority_of(stream)
             pipe.xlen(stream)
             pipe.xpending(stream, keys.group)
+            for tenant in tenants:
+                pipe.xlen(keys.backlog(priority, tenant))
         pipe.xlen(keys.dead)
         replies = pipe.execute(raise_on_error=False)
+        per_stream = 2 + len(tenants)
         for n, stream in enumerate(keys.queues):
             prio = str(keys.priority_of(stream))
-            length, pending = replies[2 * n], replies[2 * n + 1]
+            length, pending, *backlogs = replies[per_stream * n : per_stream * (n + 1)]
             if isinstance(length, int):
-                self.queue_depth.labels(self.consumer, prio).set(length)
+                waiting = sum(b for b in backlogs if isinstance(b, int))
+                self.queue_depth.labels(self.consumer, prio).set(length + waiting)
             if isinstance(pending, dict):
                 self.pending.labels(self.consumer, prio).set(int(pending.get("pending") or 0))
         if isinstance(replies[-1], int):
@@ -311,7 +330,7 @@ class NoMetrics:
     def declare(self, task_types: list[str]) -> None:
         pass
 
-    def task_started(self, task_type: str, entry_id: str) -> None:
+    def task_started(self, task_type: str, published_id: str) -> None:
         pass
 
     def task_left_slot(self, task_type: str) -> None:

@@ -143,7 +143,8 @@ class Runner:
         async with self.env.limiters.task_limiter:
             run.scope.deadline = trio.current_time() + self.timeout_s
             self.counters.started += 1
-            self.metrics.task_started(claimed.task_type, claimed.entry.entry_id)
+            entry = claimed.entry
+            self.metrics.task_started(claimed.task_type, entry.published or entry.entry_id)
             run.since = began = time.monotonic()
             self.progress.report(
                 claimed.task_id, None, f"started on {self.env.consumer} (attempt {claimed.attempt})"

@@ -130,4 +130,3 @@ def check_origin(request: Request, *, opaque_ok: bool = False) -> None:
         return
     if origin == "null" or urlsplit(origin).netloc != request.headers.get("host", ""):
         raise HTTPException(403, f"a request from another origin ({origin}) is refused")
-
