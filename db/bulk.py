@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -53,7 +53,7 @@ def bulk_insert_into_db(
     preserve = [fields[c] for c in columns if c not in _KEEP_ON_CONFLICT and not fields[c].primary_key]
     conflict_target = [f for f in model._meta.get_primary_keys()]
     written = 0
-    for batch in _batches(prepared, batch_size):
+    for batch in statement_batches(prepared, batch_size):
         with unit():
             query = model.insert_many(batch)
             if replace_on_conflict:
@@ -66,28 +66,36 @@ def bulk_insert_into_db(
     return written
 
 
-def _batches(rows: list[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
-    """``rows`` in runs of at most ``size`` rows and :data:`BATCH_BYTES` of text (a row over it
-    goes alone)."""
-    batch: list[dict[str, Any]] = []
-    text = 0
+def statement_batches(
+    rows: Sequence[Mapping[str, Any]], max_rows: int, max_bytes: int = BATCH_BYTES
+) -> Iterator[list[Any]]:
+    """``rows`` in runs of at most ``max_rows`` rows and ``max_bytes`` of statement (a row over it
+    goes alone): one INSERT is one packet, and MySQL refuses one over max_allowed_packet."""
+    batch: list[Any] = []
+    size = 0
     for row in rows:
-        n = sum(_text_bytes(v) for v in row.values())
-        if batch and (len(batch) >= size or text + n > BATCH_BYTES):
+        n = statement_bytes(row)
+        if batch and (len(batch) >= max_rows or size + n > max_bytes):
             yield batch
-            batch, text = [], 0
+            batch, size = [], 0
         batch.append(row)
-        text += n
+        size += n
     if batch:
         yield batch
 
 
-def _text_bytes(value: Any) -> int:
-    if isinstance(value, (str, bytes)):
-        return len(value)
-    if isinstance(value, (dict, list)):
-        return len(orjson.dumps(value))
-    return 0
+def statement_bytes(row: Mapping[str, Any]) -> int:
+    """What a row adds to an INSERT, at most: its text's UTF-8 bytes and its binary values twice
+    over (escaped, or hex), JSON as its text, and 256 for the rest."""
+    n = 256
+    for value in row.values():
+        if isinstance(value, str):
+            n += len(value.encode()) * 2
+        elif isinstance(value, (bytes, bytearray)):
+            n += len(value) * 2
+        elif isinstance(value, (dict, list)):
+            n += len(orjson.dumps(value)) * 2
+    return n
 
 
 def create_tables(models: Iterable[type[peewee.Model]]) -> None:
@@ -95,4 +103,4 @@ def create_tables(models: Iterable[type[peewee.Model]]) -> None:
         db.create_tables(list(models), safe=True)
 
 
-__all__ = ["bulk_insert_into_db", "create_tables", "BATCH_SIZE", "database"]
+__all__ = ["bulk_insert_into_db", "create_tables", "statement_batches", "BATCH_SIZE", "database"]

@@ -323,7 +323,7 @@ class Settings:
     def __post_init__(self) -> None:
         # The database password goes into the URL every database call is made from; on a Redis
         # Cluster the prefix becomes one hash tag (both idempotent: ``replace`` runs this again).
-        if self.db_password and self.db_url.startswith(("mysql://", "mariadb://", "mysql+pymysql://")):
+        if self.db_password and self.db_url.startswith(MYSQL_URL_SCHEMES):
             object.__setattr__(self, "db_url", url_with_password(self.db_url, self.db_password))
         if self.redis_url.lower().startswith(("redis+cluster://", "rediss+cluster://")):
             from db.redis_client import cluster_prefix
@@ -396,6 +396,9 @@ class Settings:
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
 
+
+# The database URLs that carry a password (Settings puts INGEST_DB_PASSWORD into them).
+MYSQL_URL_SCHEMES = ("mysql://", "mariadb://", "mysql+pymysql://")
 
 # Settings that may come from a file instead (``INGEST_X_FILE``, the Docker-secrets convention).
 SECRET_FIELDS = ("redis_password", "redis_sentinel_password", "db_password")

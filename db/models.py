@@ -260,8 +260,14 @@ class MemoryMessage(BaseModel):
 
     class Meta:
         table_name = "memory_message"
-        # (memory_id, position): a conversation in order; (memory_id, id): search's keyset blocks
-        indexes = ((("memory_id", "position"), False), (("memory_id", "id"), False))
+        # (memory_id, position): a conversation in order; (memory_id, id): search's keyset blocks;
+        # (memory_id, embedding_model): whether a memory holds another model's vectors, read at
+        # each store as a range of the index (not a scan of the memory's messages)
+        indexes = (
+            (("memory_id", "position"), False),
+            (("memory_id", "id"), False),
+            (("memory_id", "embedding_model"), False),
+        )
 
 
 class Strike(BaseModel):

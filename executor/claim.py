@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Container, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,7 +133,7 @@ class ClaimRules:
     consumer: str
     task_types: Collection[str]
     max_deliveries: int
-    running_ids: Collection[str]  # tasks this process is running now
+    running_ids: Container[str]  # tasks this process is running now (only asked "in")
     live_owners: Callable[[list[str]], set[str]]  # consumers among these whose heartbeat lives
     strikes: Sequence[Rule] = ()  # active strike rules: a queued task one matches is held
 

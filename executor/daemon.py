@@ -7,7 +7,7 @@ import functools
 import logging
 import signal
 import uuid
-from collections.abc import Collection, Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,7 +62,7 @@ class DaemonStatistics:
     draining: bool
 
 
-class _RunningHere(Collection[str]):
+class _RunningHere(Container[str]):
     """The tasks this process runs, read live by the claim's thread (not a snapshot taken before
     its read): a run another hop started meanwhile, and one whose outcome waits for its terminal
     write (its row still running here), are both this executor's. A second entry of such a task
@@ -73,12 +73,6 @@ class _RunningHere(Collection[str]):
 
     def __contains__(self, task_id: object) -> bool:
         return isinstance(task_id, str) and (task_id in self._book.running or self._finisher.holds(task_id))
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(list(self._book.running))
-
-    def __len__(self) -> int:
-        return len(self._book.running)
 
 
 class Daemon:

@@ -254,6 +254,7 @@ class Finisher:
         self.redis_outage = redis_outage
         self.services_outage = Outage("a service of the terminal writes")  # e.g. the vector engine
         self._outcomes: list[Outcome] = []  # to write
+        self._unwritten: dict[str, int] = {}  # their task ids, with a count (holds)
         self._acks: list[AckItem] = []  # to ack (written, or never needed a write)
         self._settled: list[_Settled] = []  # written: to ack or hand back, then announce
         self._busy = False
@@ -265,12 +266,13 @@ class Finisher:
 
     def submit(self, outcome: Outcome) -> None:
         self._outcomes.append(outcome)
+        self._unwritten[outcome.task_id] = self._unwritten.get(outcome.task_id, 0) + 1
         self._wake.set()
 
     def holds(self, task_id: str) -> bool:
         """Whether an outcome of ``task_id`` waits for its terminal write: its run has left the
-        book, and its row is still running under this executor. Any thread (a snapshot)."""
-        return any(o.task_id == task_id for o in tuple(self._outcomes))
+        book, and its row is still running under this executor. Any thread (one dict read)."""
+        return task_id in self._unwritten
 
     def submit_acks(self, items: Sequence[AckItem]) -> None:
         self._acks.extend(items)
@@ -319,6 +321,10 @@ class Finisher:
             self.db_outage.ok()
             self.services_outage.ok()
             del self._outcomes[: len(batch)]
+            for o in batch:
+                left = self._unwritten.pop(o.task_id, 1) - 1
+                if left:
+                    self._unwritten[o.task_id] = left
             fresh = self._sort(batch, done.states)
         if done.acked:
             self.redis_outage.ok()

@@ -22,10 +22,11 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from db.config import Settings
-from db.database import connection, init_database, is_mysql, lock_for_update, unit
-from db.models import RUNNING, MemoryMessage, Task, now_ms
+from db.database import connection, init_database, is_mysql, unit
+from db.models import MemoryMessage, now_ms
 from ingest import ids
-from ingest.errors import PermanentError, TaskLost
+from ingest.errors import PermanentError
+from ingest.fence import fence
 
 if TYPE_CHECKING:
     import numpy as np
@@ -222,7 +223,9 @@ def store_message(
         columns.append("position")
     changed = [MemoryMessage._meta.fields[c] for c in columns]
     with unit():
-        _fence(task_id, attempt)  # task row before message row: the order the finisher locks in
+        fence(
+            task_id, attempt, "message not stored"
+        )  # task row before message row: the order the finisher locks in
         other = memory_model(tenant_id, item.memory_id, besides=model)
         if model and other:
             raise PermanentError(
@@ -242,7 +245,12 @@ def store_message(
 def memory_model(tenant_id: str, memory_id: str, *, besides: str = "") -> str:
     """The model identity a message of the memory was embedded with, other than ``besides``
     (and than "": messages of before schema 3); "" when there is none."""
-    found = (
+    return str(model_query(tenant_id, memory_id, besides=besides).scalar() or "")
+
+
+def model_query(tenant_id: str, memory_id: str, *, besides: str = "") -> Any:
+    """:func:`memory_model`'s query: a range of the (memory_id, embedding_model) index."""
+    return (
         MemoryMessage.select(MemoryMessage.embedding_model)
         .where(
             (MemoryMessage.memory_id == memory_id)
@@ -250,24 +258,7 @@ def memory_model(tenant_id: str, memory_id: str, *, besides: str = "") -> str:
             & MemoryMessage.embedding_model.not_in(["", besides])
         )
         .limit(1)
-        .scalar()
     )
-    return str(found or "")
-
-
-def _fence(task_id: str, attempt: int | None) -> None:
-    """Lock the task's row by primary key (a cancel locks it too: either it waits for this write,
-    and the finisher then removes what it stored, or this write sees the cancel); refuse unless
-    it is running under this run (as :func:`ingest.store.store_chunks` does for chunks)."""
-    row = lock_for_update(Task.select(Task.status, Task.attempt).where(Task.id == task_id)).tuples().first()
-    if row is None:
-        raise TaskLost(f"task {task_id} no longer exists: message not stored")
-    status, current = row
-    if status != RUNNING or (attempt is not None and int(current) != int(attempt)):
-        mine = "" if attempt is None else f" under attempt {attempt}"
-        raise TaskLost(
-            f"task {task_id} is {status} (attempt {current}), not running{mine}: message not stored"
-        )
 
 
 def remove_cancelled_messages(runs: Sequence[Mapping[str, Any]]) -> int:

@@ -737,7 +737,7 @@ def enqueue_tasks(settings: Settings, tasks: Sequence[Mapping[str, Any]]) -> lis
     with unit():
         for t in sorted(limits):
             tenants.lock_queue(t, limits[t])
-        _check_owned(rows, given)
+        _check_owned(rows, given_set)
         live = _unfinished_ids(given)
         fresh = [r for r in rows if r["id"] not in live]
         bulk_insert_into_db(Task, fresh, replace_on_conflict=True)
@@ -760,7 +760,7 @@ def _check_payload(payload: dict[str, Any] | None) -> None:
         raise ValueError(f"a task's fields take {size} bytes as JSON, over the {MAX_PAYLOAD_BYTES} allowed")
 
 
-def _check_owned(rows: list[dict[str, Any]], given: list[str]) -> None:
+def _check_owned(rows: list[dict[str, Any]], given: set[str]) -> None:
     """A task may take neither an id another tenant's task has (:class:`IdInUse`) nor a document
     or knowledge base that is not its tenant's (:class:`NotFound`, as if it did not exist): one
     that does not exist yet is refused too (document ids are derived from names, so a task could

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,12 +29,14 @@ import orjson
 import peewee
 import xxhash
 
+from db.bulk import statement_batches
 from db.database import is_mysql, lock_for_update, unit
-from db.models import RUNNING, KnowledgeBase, Task, now_ms
 from db.models import Chunk as ChunkRow
+from db.models import KnowledgeBase, now_ms
 from ingest import vectors
 from ingest.chunking import Chunk
-from ingest.errors import BadDocument, PermanentError, TaskLost
+from ingest.errors import BadDocument, PermanentError
+from ingest.fence import fence
 
 DEADLOCK_TRIES = 4  # the whole upsert is idempotent: try again at once rather than fail the task
 _DEADLOCK_CODES = (1213, 1205)  # deadlock, lock wait timeout
@@ -123,22 +125,6 @@ def store_chunks(
     return [row["id"] for row in rows]
 
 
-def _fence(task_id: str, attempt: int | None) -> None:
-    """Lock the task's row by primary key (``rm`` and cancels lock it before they delete or
-    cancel: either they wait for this write and then remove its chunks, or it sees what they
-    did); refuse unless it is running under this run."""
-    query = Task.select(Task.status, Task.attempt).where(Task.id == task_id)
-    row = lock_for_update(query).tuples().first()
-    if row is None:
-        raise TaskLost(f"task {task_id} no longer exists (its document was removed?): chunks not written")
-    status, current = row
-    if status != RUNNING or (attempt is not None and int(current) != int(attempt)):
-        mine = "" if attempt is None else f" under attempt {attempt}"
-        raise TaskLost(
-            f"task {task_id} is {status} (attempt {current}), not running{mine}: chunks not written"
-        )
-
-
 def _upsert(task_id: str, rows: list[dict[str, Any]], attempt: int | None = None) -> None:
     """One transaction, fenced on the task's row first (task before chunks: the order the
     finisher and the producer lock in). Stale positions are found by a plain (non-locking) read
@@ -146,7 +132,7 @@ def _upsert(task_id: str, rows: list[dict[str, Any]], attempt: int | None = None
     with other tasks inserting their chunks next to it in that index."""
     preserve = [ChunkRow._meta.fields[c] for c in _UPDATED_COLUMNS]
     with unit():
-        _fence(task_id, attempt)
+        fence(task_id, attempt, "chunks not written")
         stale = [
             cid
             for (cid,) in ChunkRow.select(ChunkRow.id)
@@ -155,7 +141,7 @@ def _upsert(task_id: str, rows: list[dict[str, Any]], attempt: int | None = None
         ]
         if stale:
             ChunkRow.delete().where(ChunkRow.id.in_(stale)).execute()
-        for batch in _batches(rows):
+        for batch in statement_batches(rows, MAX_ROWS_PER_STATEMENT, MAX_BYTES_PER_STATEMENT):
             query = ChunkRow.insert_many(batch)
             if is_mysql():
                 query = query.on_conflict(preserve=preserve)
@@ -179,20 +165,6 @@ def _index(rows: list[dict[str, Any]]) -> None:
         ref,
         [vectors.VectorRow(r["id"], r["doc_id"], r["task_id"], vector_from_bytes(r["vector"])) for r in rows],
     )
-
-
-def _batches(rows: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
-    batch: list[dict[str, Any]] = []
-    size = 0
-    for row in rows:
-        row_bytes = len(row["content"].encode()) * 2 + len(row["vector"]) * 2 + 256  # hex/escaping
-        if batch and (len(batch) >= MAX_ROWS_PER_STATEMENT or size + row_bytes > MAX_BYTES_PER_STATEMENT):
-            yield batch
-            batch, size = [], 0
-        batch.append(row)
-        size += row_bytes
-    if batch:
-        yield batch
 
 
 def delete_task_chunks(task_id: str) -> int:

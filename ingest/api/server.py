@@ -20,7 +20,7 @@ from typing import Any
 import trio
 from hypercorn.config import Config
 
-from db.config import SECRET_FIELDS, Settings, secret_value, url_with_password
+from db.config import MYSQL_URL_SCHEMES, SECRET_FIELDS, Settings, secret_value, url_with_password
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,11 @@ def settings_environ(settings: Settings, environ: Mapping[str, str] | None = Non
                 if secret_value(environ, name) == value:
                     continue
         out[name] = str(value).lower() if isinstance(value, bool) else str(value)
-    if settings.db_password and Settings.env_name("db_password") not in out:
+    if (
+        settings.db_password
+        and settings.db_url.startswith(MYSQL_URL_SCHEMES)
+        and Settings.env_name("db_password") not in out
+    ):
         # the URL holds the password too (Settings puts it there): each worker puts it back
         out[Settings.env_name("db_url")] = url_with_password(settings.db_url, "")
     return out

@@ -32,3 +32,14 @@ def test_several_workers_serve_one_port(api_settings: Settings, tmp_path_factory
                 assert c.get("/v1/tenants/me").json()["tenant_id"] == "multi"
     finally:
         assert server.stop() == 0, server.log()
+
+
+def test_a_password_file_beside_a_sqlite_url_leaves_the_url_alone(tmp_path):
+    """The password goes into a MySQL URL only (as Settings puts it there): a SQLite URL given
+    to the workers stays a path."""
+    (tmp_path / "pw").write_text("s3cret\n")
+    environ = {"INGEST_DB_URL": f"sqlite:///{tmp_path}/x.db", "INGEST_DB_PASSWORD_FILE": str(tmp_path / "pw")}
+    s = Settings.from_env(environ)
+    out = settings_environ(s, environ)
+    assert out["INGEST_DB_URL"] == f"sqlite:///{tmp_path}/x.db" and "INGEST_DB_PASSWORD" not in out
+    assert Settings.from_env({**environ, **out}) == s

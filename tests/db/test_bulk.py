@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from db.bulk import _batches, bulk_insert_into_db
+from db.bulk import bulk_insert_into_db, statement_batches
 from db.database import init_database, unit
 from db.models import Task
 
@@ -45,7 +45,11 @@ def test_rows_larger_than_one_packet_in_all_go_in_batches_cut_by_bytes(any_db):
     (16 MiB by default), so the batch is cut by the rows' text, not only their count."""
     text = "x" * 1_000_000
     rows = [{"id": f"big{i:02d}", "payload": {"content": text}} for i in range(20)]
-    assert [len(b) for b in _batches(rows, 1000)] == [4, 4, 4, 4, 4]
+    # each about 2 MB of statement (escaping may double text): two a batch under 4 MiB
+    assert [len(b) for b in statement_batches(rows, 1000)] == [2] * 10
+    # counted in UTF-8 bytes, not characters: a million "é" are 2 MB of text, 4 MB escaped
+    accented = [{"id": f"e{i}", "payload": {"content": "é" * 1_000_000}} for i in range(3)]
+    assert [len(b) for b in statement_batches(accented, 1000)] == [1, 1, 1]
     assert bulk_insert_into_db(Task, rows) == 20
     with unit():
         assert Task.get_by_id("big19").payload == {"content": text}

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from db.database import unit
+from db.database import is_mysql, unit
 from db.models import RUNNING, MemoryMessage, Task
 from ingest.errors import PermanentError
-from ingest.memory import check_message, memory_model, store_message, vector_blocks
+from ingest.memory import check_message, memory_model, model_query, store_message, vector_blocks
 from ingest.search import top_k
 
 DIM = 4
@@ -68,3 +68,22 @@ def test_a_memory_refuses_vectors_of_another_model(db):
         assert sorted(m.source_id for m in MemoryMessage.select()) == ["a", "b"]
         assert memory_model("default", "m1") == "model-a"
         assert memory_model("default", "m2") == ""
+
+
+def test_the_model_check_reads_a_range_of_an_index_not_the_memory(db):
+    """Every store asks whether the memory holds another model's vectors: on MySQL that is a
+    range of the (memory_id, embedding_model) index, whatever the memory's size."""
+    if not is_mysql():
+        pytest.skip("EXPLAIN's plan is MySQL's")
+    with unit():
+        Task.insert(id="t" * 32, task_type="memory", status=RUNNING, attempt=1).execute()
+    for n in range(50):
+        raw = {"memory_id": "m1", "source_id": f"s{n}", "message_dict": {"role": "user", "content": "x"}}
+        store_message(check_message(raw), np.ones(DIM, np.float32), "t" * 32, n, model="model-a")
+    with unit() as conn:
+        conn.execute_sql("ANALYZE TABLE memory_message")
+        sql, params = model_query("default", "m1", besides="model-a").sql()
+        cursor = conn.execute_sql("EXPLAIN " + sql, params)
+        names = [d[0] for d in cursor.description]
+        (plan,) = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    assert plan["key"] == "memory_message_memory_id_embedding_model" and plan["type"] == "range", plan
