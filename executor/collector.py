@@ -228,9 +228,10 @@ class Collector:
     async def _hop(self, free: int, handed: trio.Event) -> None:
         try:
             with self._givable():
+                began = time.monotonic()
                 read = await self._redis(self.read_and_claim, free, handed, abandon_on_cancel=True)
                 if read:
-                    await self._settle(*read)
+                    await self._settle(*read, began=began)
         finally:
             handed.set()
             self._in_flight.release()
@@ -356,7 +357,13 @@ class Collector:
         handed.set()
 
     async def _settle(
-        self, entries: list[Entry], plan: ClaimPlan | None, state: str, error: BaseException | None
+        self,
+        entries: list[Entry],
+        plan: ClaimPlan | None,
+        state: str,
+        error: BaseException | None,
+        *,
+        began: float | None = None,
     ) -> None:
         if state == "unstarted":
             await self.dispatch(entries)
@@ -371,7 +378,7 @@ class Collector:
             self.book.settle([e.key for e in entries if e.key not in running])
             self._last_orphan_check = 0.0  # the entries are still ours: pick them up again
             return
-        self.db_outage.ok()
+        self.db_outage.ok(since=began)
         self.book.committed(plan.claimed)
         self._follow_up(plan)
 
@@ -543,6 +550,7 @@ class Collector:
 
     async def _validate(self, entries: list[Entry]) -> ClaimPlan | None:
         while True:
+            began = time.monotonic()
             try:
                 # abandoned on a cancel (a stop that gave it up): see _give_up_after
                 plan = await self.limiters.db_connection(
@@ -558,5 +566,5 @@ class Collector:
                 if self.stopping:
                     return None
                 continue
-            self.db_outage.ok()
+            self.db_outage.ok(since=began)
             return plan

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -309,6 +310,7 @@ class Finisher:
         # FINISH_WAIT_S: a stalled database does not hold the process for its read timeout. A
         # batch whose fate is then unknown is as after a SIGKILL: its entries stay pending, a
         # reclaim finds each row finished (acked) or still running under a dead owner (run again).
+        began = time.monotonic()
         done = await trio.to_thread.run_sync(
             self._flush, batch, acks, settled, limiter=self.limiters.db_limiter, abandon_on_cancel=True
         )
@@ -318,8 +320,8 @@ class Finisher:
             of_db = isinstance(done.db_error, RETRYABLE_DB_ERRORS)
             delay = (self.db_outage if of_db else self.services_outage).failed(done.db_error)
         elif batch and done.states is not None:
-            self.db_outage.ok()
-            self.services_outage.ok()
+            self.db_outage.ok(since=began)
+            self.services_outage.ok(since=began)
             del self._outcomes[: len(batch)]
             for o in batch:
                 left = self._unwritten.pop(o.task_id, 1) - 1

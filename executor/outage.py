@@ -75,10 +75,16 @@ class Outage:
     async def backoff(self, exc: BaseException) -> None:
         await trio.sleep(self.failed(exc))
 
-    def ok(self, *, wrote: bool = False) -> None:
+    def ok(self, *, wrote: bool = False, since: float | None = None) -> None:
         """Record a call that worked; ends the outage if one was on. While the service refuses
-        writes, only a call that wrote (``wrote``) ends it: a read works on a full Redis too."""
+        writes, only a call that wrote (``wrote``) ends it: a read works on a full Redis too.
+        ``since``: when the call began (``time.monotonic()``). One begun before the outage's
+        first failure says nothing of now: calls run side by side, and one already past the
+        server when it went returns after another one failed (the outage would end, and begin
+        again, in a few ms)."""
         if self.refused and not wrote:
+            return
+        if self.failures and since is not None and since < self._began:
             return
         if self.failures:
             log.warning(

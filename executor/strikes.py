@@ -70,12 +70,13 @@ class StrikeBook:
 
     async def _reload(self, version: int | None) -> float:
         """Load the rules; returns 0, or how long to back off when the database did not answer."""
+        began = time.monotonic()
         try:
             # a read: abandoned on a cancel (a stop while the database stalls, at start-up too)
             rules = await self.limiters.db_connection(self._load_rules, abandon_on_cancel=True)
         except RETRYABLE_DB_ERRORS as exc:
             return self.db_outage.failed(exc)
-        self.db_outage.ok()
+        self.db_outage.ok(since=began)
         changed = tuple(rules) != self.rules
         self.rules, self.version, self.loaded_at = tuple(rules), version, time.monotonic()
         if changed:

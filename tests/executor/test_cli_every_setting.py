@@ -18,8 +18,15 @@ CHOICES = {
 }
 
 
+# Values a setting's checks accept where the generic ones would not (a heartbeat's TTL must be
+# longer than its period, 250 ms)
+SPECIAL = {"heartbeat_ttl_s": ("60", "750ms", 0.75)}
+
+
 def _values(f: dataclasses.Field) -> tuple[str, str, object]:
     """(environment value, flag value, what the flag must give) for one field."""
+    if f.name in SPECIAL:
+        return SPECIAL[f.name]
     if f.name in CHOICES:
         env, flag = CHOICES[f.name]
         return env, flag, flag

@@ -18,7 +18,9 @@ from collections.abc import Iterator
 import pymysql
 
 from db.database import DbUrl
+from db.keys import Keys
 from db.models import DONE, QUEUED, RUNNING, Task
+from db.streams import connect
 from executor.collector import HOPS_STOP_WAIT_S
 from executor.daemon import FINISH_WAIT_S
 from tests.executor.support import all_in, enqueue, row, task_spec
@@ -49,9 +51,17 @@ def _pending(streams, consumer: str) -> int:
 
 
 def _wait_running(proc: ExecutorProcess) -> None:
-    """Past its start-up: reading (the heartbeat is written before the last start-up reads)."""
+    """Past its start-up: reading (the heartbeat is written before the last start-up reads),
+    and the tenants' limits copied into Redis (the gate admits no backlog before: a database
+    stalled first would keep every entry out of the pending list)."""
     proc.wait_ready()
     assert wait_until(lambda: " ready: task types " in proc.log(), 20), proc.log()
+    client = connect(proc.settings)
+    try:
+        assert wait_until(lambda: client.exists(Keys(proc.settings.key_prefix).limits_mirrored), 10)
+    finally:
+        client.close()
+    time.sleep(0.5)  # the copy wakes the idle read: its next hop's BEGIN went out, it blocks again
 
 
 @contextlib.contextmanager
