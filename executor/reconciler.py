@@ -9,10 +9,10 @@ following ``LIFECYCLE.md`` ("Leases, reclaim, hand-back, reconcile"):
   ``QUEUED_PAGES_PER_PASS`` pages a pass, the next pass going on from where this one stopped,
   so a lost publish behind a large healthy backlog is found within a pass or a few;
 - a row ``running`` as old, whose owner has no heartbeat and whose published key is missing,
-  goes back to ``queued`` (fenced on its attempt) and is published, once its owner has been
-  seen without a heartbeat for a heartbeat TTL (on this executor's passes, on a Redis up that
-  long): right after Redis lost its data every heartbeat is gone, and a live owner writes its
-  own again only at its next tick;
+  goes back to ``queued`` (fenced on its attempt) and is published, once the fleet's passes
+  have seen it so for a heartbeat TTL (the first sightings are kept in Redis, on its clock,
+  and go with its data): right after Redis lost its data every heartbeat is gone, and a live
+  owner writes its own again only at its next tick;
 - chunks of ``cancelled`` tasks that no live executor is running are removed (their vectors
   too; an engine that refuses leaves them to ``ingest reindex``);
 - consumers with no pending entry and no heartbeat are removed from the group (one Lua script
@@ -47,7 +47,6 @@ import trio
 from db.config import Settings
 from db.database import RETRYABLE_DB_ERRORS, connection, lock_for_update
 from db.models import CANCELLED, QUEUED, RUNNING, Chunk, Task, now_ms
-from db.redis_client import on_node_of
 from db.streams import RETRYABLE_REDIS_ERRORS, Streams
 from executor.context import Limiters
 from executor.outage import Outage
@@ -68,6 +67,43 @@ MIN_INTERVAL_S = 0.5
 MAX_INTERVAL_S = 60.0
 STAT_REPUBLISHED = "republished"  # every re-publish (queued and re-queued rows)
 STAT_REQUEUED = "requeued_running"  # running rows of dead owners set queued
+SIGHTINGS_TTL_PASSES = 6  # the orphan sightings' hash expires after this many pass intervals
+
+# The first sightings of running rows with no owner's heartbeat and no entry, shared by the
+# fleet's passes (Keys.orphan_sightings: field "{task}:{attempt}", value the first sighting's
+# time on Redis's clock), in one step: each candidate's first sighting is kept (HSETNX), those
+# first seen at least the wait ago are returned, the fields of rows that are no longer candidates
+# are removed, and the hash's expiry is renewed (none left: the hash is gone with its last field).
+_SIGHTINGS = """
+-- KEYS: the sightings hash; ARGV: its expiry (ms), the wait (ms), this pass's candidates
+pcall(redis.replicate_commands)  -- Redis 6.2: TIME before writes needs effects replication
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local stamp = string.format('%d', now)  -- an integer's digits (a number argument may not be)
+local wait = tonumber(ARGV[2])
+local candidate, due = {}, {}
+for i = 3, #ARGV do
+  local f = ARGV[i]
+  candidate[f] = true
+  redis.call('HSETNX', KEYS[1], f, stamp)
+  local first = tonumber(redis.call('HGET', KEYS[1], f))
+  if not first then  -- not a time (not ours): seen now
+    first = now
+    redis.call('HSET', KEYS[1], f, stamp)
+  end
+  if now - first >= wait then due[#due + 1] = f end
+end
+for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+  if not candidate[f] then redis.call('HDEL', KEYS[1], f) end
+end
+if #ARGV > 2 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+return due
+"""
+
+
+def _sighting(row: dict[str, Any]) -> str:
+    """A running row's field in the sightings' hash: its run (a new claim is a new run)."""
+    return f"{row['id']}:{row['attempt']}"
 
 
 @dataclass(frozen=True)
@@ -116,9 +152,14 @@ class Reconciler:
         self._next_prune = 0.0  # monotonic time of the next prune (0: at the first pass)
         self._queued_after: tuple[int, str] | None = None  # where the next page of queued rows starts
         self.heartbeat_ttl_s = settings.heartbeat_ttl_s
-        # (task id, attempt) of running rows seen with no owner's heartbeat and no entry → the
-        # monotonic time of the first such sighting (only this pass's candidates are kept)
-        self._orphans_seen: dict[tuple[str, int], float] = {}
+        # a running row with no owner's heartbeat and no entry is re-queued once first seen so
+        # this long ago (by any executor's pass: the sightings are in Redis, _SIGHTINGS)
+        self.orphan_wait_ms = int(settings.heartbeat_ttl_s * 1000)
+        # the sightings outlive a few gaps between passes (each pass renews them), never their use
+        self.sightings_ttl_ms = int(
+            1000 * max(SIGHTINGS_TTL_PASSES * self.interval_s, 2 * self.heartbeat_ttl_s)
+        )
+        self._sightings = self.client.register_script(_SIGHTINGS)
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -284,6 +325,7 @@ class Reconciler:
                 .dicts()
             )
         if not rows:
+            self._orphaned_for_a_ttl([])  # no row is a candidate now: their sightings go
             return []
         owners = sorted({r["owner"] for r in rows if r["owner"]})
         beats = self._heartbeats(owners)
@@ -296,34 +338,19 @@ class Reconciler:
             return self._requeue(lost)
 
     def _orphaned_for_a_ttl(self, orphans: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Those of ``orphans`` seen without their owner's heartbeat for a heartbeat TTL.
+        """Those of ``orphans`` first seen without their owner's heartbeat a heartbeat TTL ago.
 
         A missing heartbeat means a dead owner only on a Redis that kept its data for a TTL: a
         live owner rewrites its key at its next tick, so right after a restart without
         persistence or a FLUSHALL every owner looks dead (LIFECYCLE: an entry Redis lost runs on
         and finishes). A FLUSHALL leaves no trace, so the absence must be seen twice, a TTL
-        apart; a sighting counts from Redis's start at the earliest (its uptime), so a restart
-        between the two sightings restarts the wait as well."""
-        if not orphans:
-            self._orphans_seen = {}
-            return []
-        now = time.monotonic()
-        redis_since = now - self._redis_uptime_s()
-        seen = {
-            (r["id"], r["attempt"]): max(self._orphans_seen.get((r["id"], r["attempt"]), now), redis_since)
-            for r in orphans
-        }
-        self._orphans_seen = seen  # an owner back, or a row that moved on, starts afresh
-        return [r for r in orphans if now - seen[(r["id"], r["attempt"])] >= self.heartbeat_ttl_s]
-
-    def _redis_uptime_s(self) -> float:
-        """Seconds since Redis started; unknown (INFO refused or without it, as on some managed
-        services) reads as long ago, which leaves the two sightings to guard."""
-        try:
-            info = self.client.info("server", **on_node_of(self.client, self.keys.lock("reconcile")))
-        except redis.ResponseError:
-            return float("inf")
-        return float(info.get("uptime_in_seconds", float("inf")))
+        apart. The first sightings live in Redis (:attr:`Keys.orphan_sightings`, one script:
+        :data:`_SIGHTINGS`), so every executor's pass counts them, and a loss of Redis's data
+        takes them along: the wait starts again, as it must."""
+        fields = [_sighting(r) for r in orphans]
+        args: list[int | str] = [self.sightings_ttl_ms, self.orphan_wait_ms, *fields]
+        due = set(self._sightings(keys=[self.keys.orphan_sightings], args=args) or [])
+        return [r for r, f in zip(orphans, fields, strict=True) if f in due]
 
     def _requeue(self, lost: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Running → queued, fenced on the attempt seen; returns the rows that moved."""
