@@ -437,25 +437,8 @@ class Reconciler:
             ]
             removed = Chunk.delete().where(Chunk.task_id.in_(still)).execute() if still else 0
             recompute_documents([doc for tid, doc in idle if doc and tid in still])
-        self._forget(still)  # rows first, then the engine
+        vectors.forget_or_log(task_ids=still, what="cancelled tasks'")  # rows first, then the engine
         return int(removed)
-
-    @staticmethod
-    def _forget(task_ids: list[str]) -> None:
-        """The removed chunks' vectors out of the engine. Their rows are gone for good, and
-        search drops a hit without its row, so an engine that refuses (down, or refusing this
-        call) leaves vectors nobody finds: logged, and repaired by ``ingest reindex`` (as
-        ``finisher._forget_cancelled`` does); it must not end the pass, let alone the daemon."""
-        if not task_ids:
-            return
-        try:
-            vectors.forget(task_ids=task_ids)
-        except Exception as exc:  # noqa: BLE001 - any engine error: the rows are the record
-            log.warning(
-                "cancelled tasks' vectors not removed from the engine (ingest reindex repairs): %s: %s",
-                type(exc).__name__,
-                exc,
-            )
 
     def _idle_consumers(self) -> list[str]:
         removed: list[str] = []

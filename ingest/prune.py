@@ -92,7 +92,7 @@ def _remove_batch(cutoff: int) -> tuple[int, int]:
             gone += [cid for (cid,) in held.tuples()]
         for start in range(0, len(gone), BATCH):
             Chunk.delete().where(Chunk.id.in_(gone[start : start + BATCH])).execute()
-    vectors.forget(ids=gone)  # rows first, then the engine
+    vectors.forget_or_log(ids=gone, what="pruned tasks'")  # rows first, then the engine
     return int(removed), len(gone)
 
 
