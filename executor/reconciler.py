@@ -20,9 +20,10 @@ following ``LIFECYCLE.md`` ("Leases, reclaim, hand-back, reconcile"):
 - the tenants' limit overrides are copied into Redis wherever the copy there differs from the
   table (a lost Redis, a ``tenant limits`` whose copy failed), and the mirror marked complete
   (the fair gate reads the running cap there, and admits nothing without that mark); besides
-  the pass, every executor looks for the mark at start and every ``LIMITS_CHECK_S`` and makes
-  the complete copy itself when it is missing, so a fresh or emptied Redis does not hold the
-  fleet's admissions up until a pass;
+  the pass, every executor looks for the mark at start, at once when one of its dispatches
+  says the mark is missing (:meth:`Reconciler.limits_missing`), and every
+  ``LIMITS_FALLBACK_S`` besides, and makes the complete copy itself when it is missing, so a
+  fresh or emptied Redis does not hold the fleet's admissions up until a pass;
 - once an hour per executor, with ``INGEST_TASK_RETENTION_S`` set, finished task rows past it
   are pruned (:func:`ingest.prune.prune_tasks`).
 
@@ -32,6 +33,7 @@ entry; the re-publishes are counted in the fleet's stats hash (``ingest status``
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
@@ -62,7 +64,10 @@ log = logging.getLogger("executor.reconciler")
 BATCH = 1000  # rows looked at per kind and pass (queued rows: per page)
 QUEUED_PAGES_PER_PASS = 20  # queued rows looked at per pass: up to 20 pages of BATCH
 PRUNE_INTERVAL_S = 3600.0  # how often one executor prunes finished rows past their retention
-LIMITS_CHECK_S = 0.5  # how often an executor looks for the limits mirror's mark (one EXISTS)
+# An executor looks for the limits mirror's mark (one EXISTS) when a dispatch of its own found it
+# missing, at most every LIMITS_LOOK_GAP_S, and unasked every LIMITS_FALLBACK_S.
+LIMITS_LOOK_GAP_S = 0.1
+LIMITS_FALLBACK_S = 5.0
 MIN_INTERVAL_S = 0.5
 MAX_INTERVAL_S = 60.0
 STAT_REPUBLISHED = "republished"  # every re-publish (queued and re-queued rows)
@@ -160,6 +165,8 @@ class Reconciler:
             1000 * max(SIGHTINGS_TTL_PASSES * self.interval_s, 2 * self.heartbeat_ttl_s)
         )
         self._sightings = self.client.register_script(_SIGHTINGS)
+        self._trio_token: trio.lowlevel.TrioToken | None = None  # the limits loop's run
+        self._limits_asked = trio.Event()  # set by a dispatch that found the limits mark missing
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -169,12 +176,33 @@ class Reconciler:
                 await self.reconcile_once()
 
     async def _keep_limits_mirrored(self) -> None:
-        """At start, then every ``LIMITS_CHECK_S``: the complete copy of the tenants' limits when
+        """At start, then whenever a dispatch finds the mark missing (:meth:`limits_missing`),
+        and every ``LIMITS_FALLBACK_S`` unasked: the complete copy of the tenants' limits when
         the mark of one is missing (a fresh Redis, one that lost its data, a failed copy): the
-        gate admits nothing until some executor has made it."""
+        gate admits nothing until some executor has made it. The gate says so in every dispatch
+        (:attr:`db.gate.Dispatched.limits_missing`), and an executor with a free slot
+        dispatches at once on a publish, at least every 2 s when idle: so a loss is repaired
+        when it matters, without a look per executor every half second."""
+        self._trio_token = trio.lowlevel.current_trio_token()
         while True:
+            self._limits_asked = trio.Event()  # a dispatch's word from here on asks for a look
             await self.mirror_limits_if_missing()
-            await trio.sleep(LIMITS_CHECK_S)
+            await trio.sleep(LIMITS_LOOK_GAP_S)  # dispatches in a burst (or in an outage): one look
+            with trio.move_on_after(LIMITS_FALLBACK_S):
+                await self._limits_asked.wait()
+
+    def limits_missing(self) -> None:
+        """A dispatch found the limits mirror's mark missing: look (and copy) now. Safe to call
+        from any thread (the collector dispatches in one); a no-op until the loop runs, whose
+        first look is made at start anyway."""
+        token = self._trio_token
+        if token is None:
+            return
+        with contextlib.suppress(trio.RunFinishedError):
+            token.run_sync_soon(self._ask_for_a_limits_look)
+
+    def _ask_for_a_limits_look(self) -> None:
+        self._limits_asked.set()
 
     async def mirror_limits_if_missing(self) -> int | None:
         """The complete copy if the mark is missing: how many tenants it wrote; 0 when the mark
