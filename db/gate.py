@@ -27,8 +27,8 @@ complete. A fresh Redis and one that lost its data look alike: no mark, no limit
 default cap would let a paused or capped tenant run. So while the mark is missing the gate
 admits nothing (entries put on the priority streams directly are still read), and says so
 (:attr:`Dispatched.limits_missing`). Only a complete copy of the table sets the mark
-(:func:`ingest.tenants.copy_limits`); every executor makes one at start and within half a
-second of finding the mark gone (``executor.reconciler``), then wakes the fleet.
+(:func:`ingest.tenants.copy_limits`); every executor makes one at start and at once when one
+of its dispatches says the mark is gone (``executor.reconciler``), then wakes the fleet.
 """
 
 from __future__ import annotations

@@ -155,6 +155,15 @@ class Keys:
         return f"{self.prefix}:lock:{name}"
 
     @property
+    def orphan_sightings(self) -> str:
+        """HASH ``{task id}:{attempt}`` → when (ms, Redis's clock) a reconcile pass first saw
+        that running row with no heartbeat of its owner and no entry. Shared by the fleet's
+        passes (whichever executor wins the lock); a field goes when its row stops being such a
+        row, and the hash expires a few pass intervals after the last pass that had one (a
+        loss of it only restarts the wait)."""
+        return f"{self.prefix}:reconcile:orphans"
+
+    @property
     def stats(self) -> str:
         """Fleet counters (e.g. how many rows the reconciler re-published)."""
         return f"{self.prefix}:stats"

@@ -161,6 +161,9 @@ class Collector:
         self._given_up = False
         self._closed = False  # run() has returned: nothing of this collector starts a run now
         self.taken_over = trio.Event()  # set once the start-up takeover is done (the sweeper waits)
+        # a dispatch found the limits mirror incomplete: called in the read's thread (the daemon
+        # sets the reconciler's limits_missing, which copies them at once)
+        self.on_limits_missing: Callable[[], None] = lambda: None
         self.reads = 0
         self._last_orphan_check = time.monotonic()
 
@@ -408,6 +411,8 @@ class Collector:
                 slot_ms=self.streams.slot_ms,
             )
             self._last_wake = got.last_wake
+            if got.limits_missing:  # nothing admitted until some executor copies the limits
+                self.on_limits_missing()
             out = _entries(got.reply)
             if out or not got.more:
                 return out

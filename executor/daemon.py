@@ -313,6 +313,7 @@ class Daemon:
             self.collector.dispatch,
         )
         self.reconciler = Reconciler(s, self.streams, self.limiters, self.db_outage, self.redis_outage)
+        self.collector.on_limits_missing = self.reconciler.limits_missing
         self.recycler = Recycler(
             s.max_tasks_per_child,
             s.max_rss_mb,

@@ -109,7 +109,11 @@ def write_outcomes(outcomes: list[Outcome]) -> list[str | None]:
             state = _write(live, doc_ids)
     else:  # one fenced UPDATE: atomic by itself
         state = _write(live, doc_ids)
-    _forget_cancelled([tid for tid, st in state.items() if st == CANCELLED])
+    # A cancelled run's vectors out of the engine, after the commit that removed its chunk rows
+    # (a rolled-back cancel keeps both); an engine that refuses leaves them to ingest reindex.
+    vectors.forget_or_log(
+        task_ids=[tid for tid, st in state.items() if st == CANCELLED], what="cancelled runs'"
+    )
     return [state.get(o.task_id) if o.kind != LOST else None for o in outcomes]
 
 
@@ -137,19 +141,6 @@ def _write(live: list[Outcome], doc_ids: list[str]) -> dict[str, str | None]:
     if doc_ids:
         recompute_documents(doc_ids)
     return state
-
-
-def _forget_cancelled(task_ids: list[str]) -> None:
-    """A cancelled run's vectors out of the engine, after the commit that removed its chunk rows
-    (a rolled-back cancel keeps both). Search already drops a hit without its row, so an engine
-    that refuses now leaves vectors nobody finds: logged, and counted by ``ingest status``
-    (its engine count differs), which ``ingest reindex`` repairs; the outcome stands."""
-    if not task_ids:
-        return
-    try:
-        vectors.forget(task_ids=task_ids)
-    except Exception as exc:  # noqa: BLE001 - any engine error: the rows are the record
-        log.warning("cancelled runs' vectors not removed from the engine: %s: %s", type(exc).__name__, exc)
 
 
 def _retryable(exc: BaseException) -> bool:

@@ -9,10 +9,10 @@ following ``LIFECYCLE.md`` ("Leases, reclaim, hand-back, reconcile"):
   ``QUEUED_PAGES_PER_PASS`` pages a pass, the next pass going on from where this one stopped,
   so a lost publish behind a large healthy backlog is found within a pass or a few;
 - a row ``running`` as old, whose owner has no heartbeat and whose published key is missing,
-  goes back to ``queued`` (fenced on its attempt) and is published, once its owner has been
-  seen without a heartbeat for a heartbeat TTL (on this executor's passes, on a Redis up that
-  long): right after Redis lost its data every heartbeat is gone, and a live owner writes its
-  own again only at its next tick;
+  goes back to ``queued`` (fenced on its attempt) and is published, once the fleet's passes
+  have seen it so for a heartbeat TTL (the first sightings are kept in Redis, on its clock,
+  and go with its data): right after Redis lost its data every heartbeat is gone, and a live
+  owner writes its own again only at its next tick;
 - chunks of ``cancelled`` tasks that no live executor is running are removed (their vectors
   too; an engine that refuses leaves them to ``ingest reindex``);
 - consumers with no pending entry and no heartbeat are removed from the group (one Lua script
@@ -20,9 +20,10 @@ following ``LIFECYCLE.md`` ("Leases, reclaim, hand-back, reconcile"):
 - the tenants' limit overrides are copied into Redis wherever the copy there differs from the
   table (a lost Redis, a ``tenant limits`` whose copy failed), and the mirror marked complete
   (the fair gate reads the running cap there, and admits nothing without that mark); besides
-  the pass, every executor looks for the mark at start and every ``LIMITS_CHECK_S`` and makes
-  the complete copy itself when it is missing, so a fresh or emptied Redis does not hold the
-  fleet's admissions up until a pass;
+  the pass, every executor looks for the mark at start, at once when one of its dispatches
+  says the mark is missing (:meth:`Reconciler.limits_missing`), and every
+  ``LIMITS_FALLBACK_S`` besides, and makes the complete copy itself when it is missing, so a
+  fresh or emptied Redis does not hold the fleet's admissions up until a pass;
 - once an hour per executor, with ``INGEST_TASK_RETENTION_S`` set, finished task rows past it
   are pruned (:func:`ingest.prune.prune_tasks`).
 
@@ -32,6 +33,7 @@ entry; the re-publishes are counted in the fleet's stats hash (``ingest status``
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
@@ -47,7 +49,6 @@ import trio
 from db.config import Settings
 from db.database import RETRYABLE_DB_ERRORS, connection, lock_for_update
 from db.models import CANCELLED, QUEUED, RUNNING, Chunk, Task, now_ms
-from db.redis_client import on_node_of
 from db.streams import RETRYABLE_REDIS_ERRORS, Streams
 from executor.context import Limiters
 from executor.outage import Outage
@@ -63,11 +64,51 @@ log = logging.getLogger("executor.reconciler")
 BATCH = 1000  # rows looked at per kind and pass (queued rows: per page)
 QUEUED_PAGES_PER_PASS = 20  # queued rows looked at per pass: up to 20 pages of BATCH
 PRUNE_INTERVAL_S = 3600.0  # how often one executor prunes finished rows past their retention
-LIMITS_CHECK_S = 0.5  # how often an executor looks for the limits mirror's mark (one EXISTS)
+# An executor looks for the limits mirror's mark (one EXISTS) when a dispatch of its own found it
+# missing, at most every LIMITS_LOOK_GAP_S, and unasked every LIMITS_FALLBACK_S.
+LIMITS_LOOK_GAP_S = 0.1
+LIMITS_FALLBACK_S = 5.0
 MIN_INTERVAL_S = 0.5
 MAX_INTERVAL_S = 60.0
 STAT_REPUBLISHED = "republished"  # every re-publish (queued and re-queued rows)
 STAT_REQUEUED = "requeued_running"  # running rows of dead owners set queued
+SIGHTINGS_TTL_PASSES = 6  # the orphan sightings' hash expires after this many pass intervals
+
+# The first sightings of running rows with no owner's heartbeat and no entry, shared by the
+# fleet's passes (Keys.orphan_sightings: field "{task}:{attempt}", value the first sighting's
+# time on Redis's clock), in one step: each candidate's first sighting is kept (HSETNX), those
+# first seen at least the wait ago are returned, the fields of rows that are no longer candidates
+# are removed, and the hash's expiry is renewed (none left: the hash is gone with its last field).
+_SIGHTINGS = """
+-- KEYS: the sightings hash; ARGV: its expiry (ms), the wait (ms), this pass's candidates
+pcall(redis.replicate_commands)  -- Redis 6.2: TIME before writes needs effects replication
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local stamp = string.format('%d', now)  -- an integer's digits (a number argument may not be)
+local wait = tonumber(ARGV[2])
+local candidate, due = {}, {}
+for i = 3, #ARGV do
+  local f = ARGV[i]
+  candidate[f] = true
+  redis.call('HSETNX', KEYS[1], f, stamp)
+  local first = tonumber(redis.call('HGET', KEYS[1], f))
+  if not first then  -- not a time (not ours): seen now
+    first = now
+    redis.call('HSET', KEYS[1], f, stamp)
+  end
+  if now - first >= wait then due[#due + 1] = f end
+end
+for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+  if not candidate[f] then redis.call('HDEL', KEYS[1], f) end
+end
+if #ARGV > 2 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+return due
+"""
+
+
+def _sighting(row: dict[str, Any]) -> str:
+    """A running row's field in the sightings' hash: its run (a new claim is a new run)."""
+    return f"{row['id']}:{row['attempt']}"
 
 
 @dataclass(frozen=True)
@@ -116,9 +157,16 @@ class Reconciler:
         self._next_prune = 0.0  # monotonic time of the next prune (0: at the first pass)
         self._queued_after: tuple[int, str] | None = None  # where the next page of queued rows starts
         self.heartbeat_ttl_s = settings.heartbeat_ttl_s
-        # (task id, attempt) of running rows seen with no owner's heartbeat and no entry → the
-        # monotonic time of the first such sighting (only this pass's candidates are kept)
-        self._orphans_seen: dict[tuple[str, int], float] = {}
+        # a running row with no owner's heartbeat and no entry is re-queued once first seen so
+        # this long ago (by any executor's pass: the sightings are in Redis, _SIGHTINGS)
+        self.orphan_wait_ms = int(settings.heartbeat_ttl_s * 1000)
+        # the sightings outlive a few gaps between passes (each pass renews them), never their use
+        self.sightings_ttl_ms = int(
+            1000 * max(SIGHTINGS_TTL_PASSES * self.interval_s, 2 * self.heartbeat_ttl_s)
+        )
+        self._sightings = self.client.register_script(_SIGHTINGS)
+        self._trio_token: trio.lowlevel.TrioToken | None = None  # the limits loop's run
+        self._limits_asked = trio.Event()  # set by a dispatch that found the limits mark missing
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -128,12 +176,33 @@ class Reconciler:
                 await self.reconcile_once()
 
     async def _keep_limits_mirrored(self) -> None:
-        """At start, then every ``LIMITS_CHECK_S``: the complete copy of the tenants' limits when
+        """At start, then whenever a dispatch finds the mark missing (:meth:`limits_missing`),
+        and every ``LIMITS_FALLBACK_S`` unasked: the complete copy of the tenants' limits when
         the mark of one is missing (a fresh Redis, one that lost its data, a failed copy): the
-        gate admits nothing until some executor has made it."""
+        gate admits nothing until some executor has made it. The gate says so in every dispatch
+        (:attr:`db.gate.Dispatched.limits_missing`), and an executor with a free slot
+        dispatches at once on a publish, at least every 2 s when idle: so a loss is repaired
+        when it matters, without a look per executor every half second."""
+        self._trio_token = trio.lowlevel.current_trio_token()
         while True:
+            self._limits_asked = trio.Event()  # a dispatch's word from here on asks for a look
             await self.mirror_limits_if_missing()
-            await trio.sleep(LIMITS_CHECK_S)
+            await trio.sleep(LIMITS_LOOK_GAP_S)  # dispatches in a burst (or in an outage): one look
+            with trio.move_on_after(LIMITS_FALLBACK_S):
+                await self._limits_asked.wait()
+
+    def limits_missing(self) -> None:
+        """A dispatch found the limits mirror's mark missing: look (and copy) now. Safe to call
+        from any thread (the collector dispatches in one); a no-op until the loop runs, whose
+        first look is made at start anyway."""
+        token = self._trio_token
+        if token is None:
+            return
+        with contextlib.suppress(trio.RunFinishedError):
+            token.run_sync_soon(self._ask_for_a_limits_look)
+
+    def _ask_for_a_limits_look(self) -> None:
+        self._limits_asked.set()
 
     async def mirror_limits_if_missing(self) -> int | None:
         """The complete copy if the mark is missing: how many tenants it wrote; 0 when the mark
@@ -284,6 +353,7 @@ class Reconciler:
                 .dicts()
             )
         if not rows:
+            self._orphaned_for_a_ttl([])  # no row is a candidate now: their sightings go
             return []
         owners = sorted({r["owner"] for r in rows if r["owner"]})
         beats = self._heartbeats(owners)
@@ -296,34 +366,19 @@ class Reconciler:
             return self._requeue(lost)
 
     def _orphaned_for_a_ttl(self, orphans: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Those of ``orphans`` seen without their owner's heartbeat for a heartbeat TTL.
+        """Those of ``orphans`` first seen without their owner's heartbeat a heartbeat TTL ago.
 
         A missing heartbeat means a dead owner only on a Redis that kept its data for a TTL: a
         live owner rewrites its key at its next tick, so right after a restart without
         persistence or a FLUSHALL every owner looks dead (LIFECYCLE: an entry Redis lost runs on
         and finishes). A FLUSHALL leaves no trace, so the absence must be seen twice, a TTL
-        apart; a sighting counts from Redis's start at the earliest (its uptime), so a restart
-        between the two sightings restarts the wait as well."""
-        if not orphans:
-            self._orphans_seen = {}
-            return []
-        now = time.monotonic()
-        redis_since = now - self._redis_uptime_s()
-        seen = {
-            (r["id"], r["attempt"]): max(self._orphans_seen.get((r["id"], r["attempt"]), now), redis_since)
-            for r in orphans
-        }
-        self._orphans_seen = seen  # an owner back, or a row that moved on, starts afresh
-        return [r for r in orphans if now - seen[(r["id"], r["attempt"])] >= self.heartbeat_ttl_s]
-
-    def _redis_uptime_s(self) -> float:
-        """Seconds since Redis started; unknown (INFO refused or without it, as on some managed
-        services) reads as long ago, which leaves the two sightings to guard."""
-        try:
-            info = self.client.info("server", **on_node_of(self.client, self.keys.lock("reconcile")))
-        except redis.ResponseError:
-            return float("inf")
-        return float(info.get("uptime_in_seconds", float("inf")))
+        apart. The first sightings live in Redis (:attr:`Keys.orphan_sightings`, one script:
+        :data:`_SIGHTINGS`), so every executor's pass counts them, and a loss of Redis's data
+        takes them along: the wait starts again, as it must."""
+        fields = [_sighting(r) for r in orphans]
+        args: list[int | str] = [self.sightings_ttl_ms, self.orphan_wait_ms, *fields]
+        due = set(self._sightings(keys=[self.keys.orphan_sightings], args=args) or [])
+        return [r for r, f in zip(orphans, fields, strict=True) if f in due]
 
     def _requeue(self, lost: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Running → queued, fenced on the attempt seen; returns the rows that moved."""
@@ -410,25 +465,8 @@ class Reconciler:
             ]
             removed = Chunk.delete().where(Chunk.task_id.in_(still)).execute() if still else 0
             recompute_documents([doc for tid, doc in idle if doc and tid in still])
-        self._forget(still)  # rows first, then the engine
+        vectors.forget_or_log(task_ids=still, what="cancelled tasks'")  # rows first, then the engine
         return int(removed)
-
-    @staticmethod
-    def _forget(task_ids: list[str]) -> None:
-        """The removed chunks' vectors out of the engine. Their rows are gone for good, and
-        search drops a hit without its row, so an engine that refuses (down, or refusing this
-        call) leaves vectors nobody finds: logged, and repaired by ``ingest reindex`` (as
-        ``finisher._forget_cancelled`` does); it must not end the pass, let alone the daemon."""
-        if not task_ids:
-            return
-        try:
-            vectors.forget(task_ids=task_ids)
-        except Exception as exc:  # noqa: BLE001 - any engine error: the rows are the record
-            log.warning(
-                "cancelled tasks' vectors not removed from the engine (ingest reindex repairs): %s: %s",
-                type(exc).__name__,
-                exc,
-            )
 
     def _idle_consumers(self) -> list[str]:
         removed: list[str] = []

@@ -7,7 +7,6 @@ cancel) calls :func:`recompute_documents` inside the same transaction, after
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 
 import peewee
@@ -15,8 +14,6 @@ import peewee
 from db.database import lock_for_update
 from db.models import CANCELLED, DONE, QUEUED, RUNNING, TERMINAL_STATES, Chunk, Document, Task, now_ms
 from ingest import vectors
-
-log = logging.getLogger(__name__)
 
 DELETE_BATCH = 100  # chunk ids per DELETE: a short IN list stays a primary-key lookup, never a scan
 
@@ -125,15 +122,6 @@ def _delete_older_chunks(doc: Document) -> int:
     # From the engine at once, inside the caller's transaction: these chunks are of no current
     # generation, so no search misses them should the transaction roll back. An engine that
     # refuses now (unreachable for a moment) must not undo the transaction (a finisher's done
-    # task would be written failed): search drops a hit without its row, ``ingest status``
-    # counts what the engine kept, and ``ingest reindex`` removes it.
-    try:
-        vectors.forget(ids=older)
-    except Exception as exc:  # noqa: BLE001 - any engine error: the rows are the record
-        log.warning(
-            "older generation's vectors of document %s not removed from the engine: %s: %s",
-            doc.id,
-            type(exc).__name__,
-            exc,
-        )
+    # task would be written failed): logged, for ``ingest reindex``.
+    vectors.forget_or_log(ids=older, what=f"document {doc.id}'s older generations'")
     return len(older)

@@ -49,15 +49,16 @@ def prune_tasks(settings: Settings, older_than_s: float, *, now: int | None = No
     cutoff = (now if now is not None else now_ms()) - int(older_than_s * 1000)
     tasks = chunks = 0
     while True:
-        removed, chunks_gone = _remove_batch(cutoff)
+        selected, removed, chunks_gone = _remove_batch(cutoff)
         tasks, chunks = tasks + removed, chunks + chunks_gone
-        if removed < BATCH:
+        if selected < BATCH:  # not ``removed``: rows a retry re-queued meanwhile are kept
             break
     return PruneResult(cutoff, tasks, chunks, _trim_progress(cutoff))
 
 
-def _remove_batch(cutoff: int) -> tuple[int, int]:
-    """One transaction: up to BATCH removable rows, then the chunks only they held.
+def _remove_batch(cutoff: int) -> tuple[int, int, int]:
+    """One transaction: up to BATCH removable rows, then the chunks only they held. Returns
+    (rows found, rows removed, chunks removed): fewer found than BATCH means no more to find.
 
     The rows are found without a lock, so the delete repeats the state and age condition: a
     row re-queued in between (``ingest retry`` commits, then publishes) is no longer finished
@@ -74,7 +75,7 @@ def _remove_batch(cutoff: int) -> tuple[int, int]:
             .tuples()
         )
         if not rows:
-            return 0, 0
+            return 0, 0, 0
         ids = [tid for tid, _ in rows]
         removed = Task.delete().where(Task.id.in_(ids) & _finished_before(cutoff)).execute()
         kept = (
@@ -92,8 +93,8 @@ def _remove_batch(cutoff: int) -> tuple[int, int]:
             gone += [cid for (cid,) in held.tuples()]
         for start in range(0, len(gone), BATCH):
             Chunk.delete().where(Chunk.id.in_(gone[start : start + BATCH])).execute()
-    vectors.forget(ids=gone)  # rows first, then the engine
-    return int(removed), len(gone)
+    vectors.forget_or_log(ids=gone, what="pruned tasks'")  # rows first, then the engine
+    return len(rows), int(removed), len(gone)
 
 
 def _finished_before(cutoff: int) -> peewee.Expression:

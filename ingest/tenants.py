@@ -136,6 +136,8 @@ def _not_mirrored(client: Any, keys: Keys, tenant_id: str, exc: Exception) -> st
     if client is not None:
         with contextlib.suppress(redis.RedisError):
             client.delete(keys.limits_mirrored)
+            with contextlib.suppress(redis.RedisError):  # idle executors dispatch now, find the
+                Gate(client, keys).wake()  # mark missing and copy (else within their 2 s block)
             return (
                 f"{stored}; the mirror is marked incomplete: the gate admits no tenant's work "
                 "until an executor has copied every tenant's limits again (at once while one runs)"

@@ -23,6 +23,7 @@ removes chunks without settings at hand (:mod:`ingest.documents`, :mod:`ingest.s
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ import peewee
 from db.database import connection, is_mysql
 from db.models import Chunk as ChunkRow
 from db.models import Document
+
+log = logging.getLogger(__name__)
 
 MYSQL = "mysql"
 BLOCK_ROWS = 4096
@@ -279,3 +282,36 @@ def forget(
     """Remove chunks from the bound store's engine (nothing for ``mysql``)."""
     if ids or task_ids or doc_ids or kb_id:
         active().delete(ids=list(ids), task_ids=list(task_ids), doc_ids=list(doc_ids), kb_id=kb_id)
+
+
+def forget_or_log(
+    *,
+    what: str = "removed chunks'",
+    ids: Sequence[str] = (),
+    task_ids: Sequence[str] = (),
+    doc_ids: Sequence[str] = (),
+    kb_id: str | None = None,
+) -> bool:
+    """:func:`forget`, for removals whose chunk rows are gone (or going) for good: the rows are
+    the record, and search drops a hit without its row, so an engine that refuses (down, or
+    refusing this call) leaves vectors nobody finds. That must neither undo the removal nor end
+    the caller (a finisher's write, a reconcile pass, a prune, and with them the daemon): the
+    error is logged (``what`` names the vectors) and False returned; ``ingest status`` counts
+    what the engine kept, and ``ingest reindex`` removes it."""
+    named = {"ids": ids, "task_ids": task_ids, "doc_ids": doc_ids}
+    asked: dict[str, Any] = {name: list(given) for name, given in named.items() if given}
+    if kb_id:
+        asked["kb_id"] = kb_id
+    if not asked:
+        return True
+    try:
+        forget(**asked)
+    except Exception as exc:  # noqa: BLE001 - any engine error: the rows are the record
+        log.warning(
+            "%s vectors not removed from the engine (ingest reindex repairs what it kept): %s: %s",
+            what,
+            type(exc).__name__,
+            exc,
+        )
+        return False
+    return True

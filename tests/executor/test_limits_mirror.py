@@ -130,6 +130,49 @@ async def test_after_a_redis_loss_a_running_executor_copies_the_limits_before_ad
                 await trio.sleep(0.02)
 
 
+async def test_a_dispatch_that_finds_the_mark_missing_has_its_executor_copy_the_limits_at_once(
+    xsettings, streams, rclient, keys, db, monkeypatch
+):
+    """The gate says in every dispatch whether the mark is missing, and the executor whose
+    dispatch says so copies the limits at once: no look at the mark every half second per
+    executor while nothing is lost."""
+    monkeypatch.setattr(reconciler, "LIMITS_FALLBACK_S", 60.0, raising=False)  # only the wake-ups
+    looks: list[float] = []
+    real = Reconciler.mirror_limits_if_missing
+
+    async def counted(self):
+        looks.append(time.monotonic())
+        return await real(self)
+
+    monkeypatch.setattr(Reconciler, "mirror_limits_if_missing", counted)
+    set_limits(xsettings, "paused", {"max_running": 0})
+    async with running_daemon(xsettings):  # its pass is a minute away (reconcile_grace_s)
+        with trio.fail_after(5):
+            while not rclient.exists(keys.limits_mirrored):
+                await trio.sleep(0.02)
+        await trio.sleep(0.5)  # a dispatch before the start-up copy asked for one more look
+        idle_since = time.monotonic()
+        await trio.sleep(2.5)  # idle, nothing lost: the executor's dispatches say the mark is there
+        assert [t for t in looks if t > idle_since] == []
+        _lose_redis(rclient, keys, streams)  # nothing published: an idle read blocks ≤ 2 s
+        with trio.fail_after(3):
+            while not rclient.exists(keys.limits_mirrored):
+                await trio.sleep(0.02)
+        assert rclient.hget(keys.limits("paused"), "max_running") == "0"
+        _lose_redis(rclient, keys, streams)
+        lost = time.monotonic()
+        (tid,) = enqueue(streams, [task_spec("noop", tenant_id="other")])  # the publish wakes it
+        with trio.fail_after(10):
+            while not rclient.exists(keys.limits_mirrored):
+                await trio.sleep(0.01)
+        copied = time.monotonic() - lost
+        with trio.fail_after(10):
+            while not all_in([tid], DONE):
+                await trio.sleep(0.02)
+    assert copied < 1.0, copied
+    assert rclient.hget(keys.limits("paused"), "max_running") == "0"
+
+
 def test_a_failed_copy_of_one_tenant_marks_the_mirror_incomplete_and_the_next_look_repairs_it(
     xsettings, streams, rclient, keys, db, monkeypatch
 ):
@@ -151,7 +194,9 @@ def test_a_failed_copy_of_one_tenant_marks_the_mirror_incomplete_and_the_next_lo
     assert trio.run(_reconciler(xsettings, streams).mirror_limits_if_missing) == 1  # the next look
     assert rclient.hget(keys.limits("acme"), "max_running") == "0"
     assert rclient.exists(keys.limits_mirrored)
-    assert reconciler.LIMITS_CHECK_S <= 1.0  # "the next look": within a second on an executor
+    # "the next look": the mark's removal wakes the fleet, whose next dispatch finds it missing
+    # and has its executor look at once (test_a_dispatch_that_finds_the_mark_missing_…)
+    assert reconciler.LIMITS_LOOK_GAP_S <= 1.0
 
 
 def test_a_copy_that_could_not_reach_redis_at_all_is_repaired_by_the_next_pass(

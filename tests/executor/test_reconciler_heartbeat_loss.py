@@ -70,12 +70,48 @@ async def test_a_redis_restart_between_two_sightings_restarts_the_wait(xsettings
     rec = _reconciler(xsettings, streams)
     assert rec.reconcile(force=True).requeued == []
     time.sleep(TTL_S + 0.1)
-    started = time.monotonic()
-    rec._redis_uptime_s = lambda: time.monotonic() - started  # Redis restarted just now
-    assert rec.reconcile(force=True).requeued == []  # up for less than a TTL: no heartbeat says little
+    _delete_prefix(rclient, keys.prefix)  # Redis restarted just now, without its data
+    streams.ensure_group()  # as the executors' read loop makes it again
+    assert rec.reconcile(force=True).requeued == []  # the first sighting went with the data
     time.sleep(TTL_S + 0.1)
-    assert rec.reconcile(force=True).requeued == [tid]  # up a TTL since, still no heartbeat: dead
+    assert rec.reconcile(force=True).requeued == [tid]  # a TTL since, still no heartbeat: dead
     _forget_entry(rclient, keys, tid)
+
+
+async def test_the_fleets_passes_share_the_sightings_so_another_executors_pass_requeues(
+    xsettings, streams, rclient, keys, db
+):
+    """The pass runs under a fleet lock that one executor wins at a time: the sighting one
+    executor's pass made counts for the next pass, whichever executor makes it."""
+    tid = _running_without_entry(streams, "gone_1")
+    first, second = _reconciler(xsettings, streams), _reconciler(xsettings, streams)
+    assert first.reconcile(force=True).requeued == []  # executor A: the first sighting
+    time.sleep(TTL_S + 0.1)
+    report = second.reconcile(force=True)  # executor B wins the lock a TTL later
+    assert report.requeued == [tid] and report.republished == [tid]
+    assert row(tid)["status"] == QUEUED
+
+
+async def test_the_sightings_are_timed_by_redis_kept_in_one_expiring_hash_and_dropped_with_their_rows(
+    xsettings, streams, rclient, keys, db
+):
+    tid = _running_without_entry(streams, "gone_1")
+    rec = _reconciler(xsettings, streams)
+    before_ms = int(rclient.time()[0]) * 1000
+    assert rec.reconcile(force=True).requeued == []
+    (seen,) = rclient.hgetall(keys.orphan_sightings).items()
+    assert seen[0] == f"{tid}:1" and before_ms <= int(seen[1]) <= before_ms + 5000  # Redis's clock
+    assert 0 < rclient.pttl(keys.orphan_sightings) <= rec.sightings_ttl_ms  # it expires
+    rclient.set(keys.executor("gone_1"), "{}", ex=30)  # the owner was alive after all
+    assert rec.reconcile(force=True).requeued == []
+    assert not rclient.exists(keys.orphan_sightings)  # its row is no candidate now: the field went
+    rclient.delete(keys.executor("gone_1"))
+    assert rec.reconcile(force=True).requeued == []  # a fresh sighting: the wait starts again
+    assert rclient.hkeys(keys.orphan_sightings) == [f"{tid}:1"]
+    with unit():  # the run ended meanwhile (its owner finished it)
+        Task.update(status=DONE).where(Task.id == tid).execute()
+    assert rec.reconcile(force=True).requeued == []
+    assert not rclient.exists(keys.orphan_sightings)  # no running row at all: none kept
 
 
 async def test_a_task_whose_heartbeat_redis_lost_runs_once_and_finishes(
