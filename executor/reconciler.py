@@ -226,7 +226,10 @@ class Reconciler:
         return written
 
     async def reconcile_once(self) -> ReconcileReport | None:
-        """One pass in a thread; None when another executor holds the lock or a service failed."""
+        """One pass in a thread; None when another executor holds the lock or a service failed.
+        A pass that ran says both services answered: an outage its failure began (an idle
+        executor's only database calls may be its passes) is said to end by the next one."""
+        began = time.monotonic()
         try:
             # abandoned on a cancel: a stop does not wait out a stalled database's read timeout
             # for a pass that is only ever repeated (its lock lapses with its TTL)
@@ -242,6 +245,8 @@ class Reconciler:
         except redis.ResponseError as exc:
             log.warning("reconcile pass refused by Redis: %s", exc)
             return None
+        if report is not None:
+            self.db_outage.ok(since=began)
         if report is not None and report.changed:
             log.warning(
                 "reconciled: %d task(s) published again (%d of them running under a dead owner), "
