@@ -38,9 +38,9 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 import redis
@@ -59,6 +59,7 @@ from ingest.prune import prune_tasks
 from ingest.publish import MESSAGE_COLUMNS, task_message
 from ingest.tenants import copy_limits
 
+T = TypeVar("T")
 log = logging.getLogger("executor.reconciler")
 
 BATCH = 1000  # rows looked at per kind and pass (queued rows: per page)
@@ -207,44 +208,41 @@ class Reconciler:
     async def mirror_limits_if_missing(self) -> int | None:
         """The complete copy if the mark is missing: how many tenants it wrote; 0 when the mark
         was there, None when a service failed (the next look tries again)."""
-        try:
-            if await self.limiters.redis(self.client.exists, self.keys.limits_mirrored):
-                return 0
-            written = await trio.to_thread.run_sync(
-                self._mirror_limits, limiter=self.limiters.db_limiter, abandon_on_cancel=True
-            )
-        except RETRYABLE_DB_ERRORS as exc:
-            self.db_outage.failed(exc)
+
+        def copy_unless_marked() -> int | None:  # None: the mark was there
+            return None if self.client.exists(self.keys.limits_mirrored) else self._mirror_limits()
+
+        ran, written = await self._in_thread(copy_unless_marked, "copy of the tenants' limits")
+        if not ran:
             return None
-        except RETRYABLE_REDIS_ERRORS as exc:
-            self.redis_outage.failed(exc)
-            return None
-        except redis.ResponseError as exc:
-            log.warning("copy of the tenants' limits refused by Redis: %s", exc)
-            return None
+        if written is None:
+            return 0
         log.info("tenants' limits copied into Redis (its copy was not marked complete): %d written", written)
         return written
 
-    async def reconcile_once(self) -> ReconcileReport | None:
-        """One pass in a thread; None when another executor holds the lock or a service failed.
-        A pass that ran says both services answered: an outage its failure began (an idle
-        executor's only database calls may be its passes) is said to end by the next one."""
-        began = time.monotonic()
+    async def _in_thread(self, fn: Callable[[], T], what: str) -> tuple[bool, T | None]:
+        """``fn`` in a thread under the database limiter: (True, its result), or (False, None)
+        when a service failed (its outage counts it) or Redis refused (logged). Abandoned on a
+        cancel: a stop does not wait out a stalled database's read timeout for work that is
+        only ever repeated (a pass's lock lapses with its TTL)."""
         try:
-            # abandoned on a cancel: a stop does not wait out a stalled database's read timeout
-            # for a pass that is only ever repeated (its lock lapses with its TTL)
-            report = await trio.to_thread.run_sync(
-                self.reconcile, limiter=self.limiters.db_limiter, abandon_on_cancel=True
+            return True, await trio.to_thread.run_sync(
+                fn, limiter=self.limiters.db_limiter, abandon_on_cancel=True
             )
         except RETRYABLE_DB_ERRORS as exc:
             self.db_outage.failed(exc)
-            return None
         except RETRYABLE_REDIS_ERRORS as exc:
             self.redis_outage.failed(exc)
-            return None
         except redis.ResponseError as exc:
-            log.warning("reconcile pass refused by Redis: %s", exc)
-            return None
+            log.warning("%s refused by Redis: %s", what, exc)
+        return False, None
+
+    async def reconcile_once(self) -> ReconcileReport | None:
+        """One pass in a thread; None when another executor holds the lock or a service failed.
+        A pass that ran reached the database: a database outage that a failed pass began (an
+        idle executor's only database calls may be its passes) is said to end by the next one."""
+        began = time.monotonic()
+        _, report = await self._in_thread(self.reconcile, "reconcile pass")
         if report is not None:
             self.db_outage.ok(since=began)
         if report is not None and report.changed:
