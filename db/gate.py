@@ -13,7 +13,9 @@ A *slot* is a member ``{p}:{entry id}`` of ``tenant:{t}:running``, scored by its
 (now + 2 × the redelivery timeout). Lease renewals and reclaims re-arm it (the entry id
 survives XCLAIM/XAUTOCLAIM, so a reclaimed message keeps its slot and never takes a second);
 an ack, a dead letter or a hand-back frees it; a slot whose executor was SIGKILLed expires at
-its deadline. A tenant found at its cap leaves ``ready`` for ``parked`` (scored by its earliest
+its deadline. When Redis loses its data, a task still running takes its slot again at its
+executor's next renewal (``db.streams``, ``renew``), before that executor lets the gate admit
+again (``executor.reconciler``). A tenant found at its cap leaves ``ready`` for ``parked`` (scored by its earliest
 deadline); freeing one of its slots, or that deadline passing, puts it back. Idle executors
 block on the wake-up stream ``notify`` (``XADD MAXLEN 1``) instead of polling.
 
@@ -38,7 +40,7 @@ from typing import Any, cast
 
 import redis
 
-from db.keys import LUA_KEYS, PRIORITIES, Keys
+from db.keys import LUA_KEYS, PRIORITIES, SLOT_ENDED_TTL_S, Keys
 
 PARK_RECHECK_MS = 5000  # a paused tenant (cap 0) is looked at again this often
 UNPARK_DUE_MAX = 16  # parked tenants whose time came, moved back per dispatch
@@ -47,6 +49,7 @@ UNPARK_DUE_MAX = 16  # parked tenants whose time came, moved back per dispatch
 GATE_LIB = (
     "pcall(redis.replicate_commands)  -- Redis 6.2: TIME before writes needs effects replication\n"
     + LUA_KEYS
+    + f"local SLOT_ENDED_TTL_S = {SLOT_ENDED_TTL_S}\n"
     + """
 local function now_ms()
   local t = redis.call('TIME')
@@ -83,6 +86,18 @@ local function free_slot(prefix, stream, id, t)
 end
 local function arm_slot(prefix, stream, id, t, deadline)
   redis.call('ZADD', k_running(prefix, t), 'GT', deadline, prio_of(stream) .. ':' .. id)
+end
+-- The slot of an entry Redis lost while its task ran (a renewal took it again, db.streams):
+-- its ack or hand-back ends it, and marks it ended so that a renewal racing them does not
+-- take it once more.
+local function end_lost_slot(prefix, stream, id, t)
+  redis.call('SET', k_slot_ended(prefix, prio_of(stream), id), '1', 'EX', SLOT_ENDED_TTL_S)
+  return free_slot(prefix, stream, id, t)
+end
+local function rearm_lost_slot(prefix, stream, id, t, deadline)
+  if redis.call('EXISTS', k_slot_ended(prefix, prio_of(stream), id)) == 0 then
+    arm_slot(prefix, stream, id, t, deadline)
+  end
 end
 local function backlog_add(prefix, p, t, task, message)
   local key = k_backlog(prefix, p, t)

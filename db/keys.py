@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 PRIORITIES = (1, 0)  # read order: high first
 REQUEUE_TTL_S = 7 * 86400  # a re-queue waiting for an ack that never comes (its entry lost)
+SLOT_ENDED_TTL_S = 3600  # far longer than a renewal call can wait (Keys.slot_ended)
 DEFAULT_TENANT = "default"
 # A tenant id goes into key names: letters, digits and ``._@-``, 1 to 64 of them.
 _TENANT_ID = re.compile(r"[A-Za-z0-9._@-]{1,64}")  # whole (fullmatch: "$" let a newline end one)
@@ -78,6 +79,11 @@ class Keys:
     def running(self, tenant_id: str) -> str:
         """ZSET of a tenant's running slots: member ``{priority}:{entry id}``, score its deadline (ms)."""
         return f"{self.prefix}:tenant:{tenant_id}:running"
+
+    def slot_ended(self, priority: int, entry_id: str) -> str:
+        """Set (``SLOT_ENDED_TTL_S``) by the ack or hand-back that ended the slot ``{priority}:{entry
+        id}`` of an entry Redis had lost: a lease renewal racing that ack does not take it again."""
+        return f"{self.prefix}:slot:ended:{priority}:{entry_id}"
 
     def limits(self, tenant_id: str) -> str:
         """HASH of a tenant's limit overrides (``max_running``…), mirrored from the ``tenant`` table."""
@@ -179,6 +185,7 @@ local function k_ready(prefix, p) return prefix .. ':ready:' .. p end
 local function k_parked(prefix) return prefix .. ':parked' end
 local function k_rr(prefix) return prefix .. ':rr' end
 local function k_running(prefix, t) return prefix .. ':tenant:' .. t .. ':running' end
+local function k_slot_ended(prefix, p, id) return prefix .. ':slot:ended:' .. p .. ':' .. id end
 local function k_limits(prefix, t) return prefix .. ':tenant:' .. t .. ':limits' end
 local function k_notify(prefix) return prefix .. ':notify' end
 local function k_published(prefix, task) return prefix .. ':published:' .. task end

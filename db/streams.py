@@ -9,7 +9,7 @@
 - ``hand_back``: only if the entry is still ours, ack and delete it, free its slot and publish
   a fresh one into the backlog.
 - ``renew``: XCLAIM JUSTID (idle 0) of the entries this consumer still owns; their slots'
-  deadlines move on.
+  deadlines move on. A running task's entry that Redis lost takes its slot again.
 - ``reclaim``: XAUTOCLAIM (without JUSTID: the delivery count rises) of entries idle too long,
   with each one's delivery count from XPENDING, in one call; each keeps its slot.
 - ``remove_consumers``: XGROUP DELCONSUMER, only of consumers with no pending entry and no
@@ -117,17 +117,20 @@ _ACK = (
 -- KEYS: one stream per entry, then the dead-letter stream last
 -- ARGV: group, consumer, prefix, requeue ttl, then per entry: entry id, dead reason ('' = no
 --       dead letter), raw message, delivery count, now (ms), task id, once (1: dead-letter only
---       if the task has no dead letter yet)
+--       if the task has no dead letter yet), slot tenant ('' = none known)
 -- Frees the entry's tenant slot (a tenant parked at its cap is put back, the fleet woken);
 -- deletes the published key naming this entry, and publishes a re-queue that waited for it.
+-- An entry Redis lost (pending nowhere, its group maybe gone too) is not acked, but the slot
+-- its renewals took again under the slot tenant ends.
 local group, consumer, prefix = ARGV[1], ARGV[2], ARGV[3]
 local n = #KEYS - 1
 local acked, woke = {}, false
 for i = 1, n do
   local stream = KEYS[i]
-  local base = 5 + (i - 1) * 7
+  local base = 5 + (i - 1) * 8
   local id, reason, task = ARGV[base], ARGV[base + 1], ARGV[base + 5]
-  local p = redis.call('XPENDING', stream, group, id, id, 1)
+  local p = redis.pcall('XPENDING', stream, group, id, id, 1)
+  if p['err'] then p = {} end  -- NOGROUP: Redis lost the group
   if p[1] and p[1][2] == consumer then
     if reason ~= '' then
       local index = k_dead_tasks(prefix)
@@ -158,6 +161,8 @@ for i = 1, n do
     end
     acked[#acked + 1] = 1
   else
+    local t = ARGV[base + 7]
+    if not p[1] and t ~= '' and end_lost_slot(prefix, stream, id, t) then woke = true end
     acked[#acked + 1] = 0
   end
 end
@@ -169,13 +174,18 @@ return acked
 _HAND_BACK = (
     GATE_LIB
     + """
--- KEYS: stream, published key; ARGV: group, consumer, entry id, new message json, (unused),
---       prefix, tenant, task id
+-- KEYS: stream, published key; ARGV: group, consumer, entry id, new message json, slot tenant
+--       ('' = none known), prefix, tenant, task id
 -- The slot is freed and the task goes to the back of its tenant's backlog (a re-queue that
--- waited for this entry is served by it).
-local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
-if not (p[1] and p[1][2] == ARGV[2]) then return false end
+-- waited for this entry is served by it). An entry Redis lost is not handed back (the row,
+-- queued again, is re-published by the reconciler), but its re-armed slot ends (as in ack).
 local prefix = ARGV[6]
+local p = redis.pcall('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
+if p['err'] then p = {} end  -- NOGROUP: Redis lost the group
+if not (p[1] and p[1][2] == ARGV[2]) then
+  if not p[1] and ARGV[5] ~= '' and end_lost_slot(prefix, KEYS[1], ARGV[3], ARGV[5]) then wake(prefix) end
+  return false
+end
 local t = entry_tenant(KEYS[1], ARGV[3])
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 redis.call('XDEL', KEYS[1], ARGV[3])
@@ -191,15 +201,20 @@ return id
 _RENEW = (
     GATE_LIB
     + """
--- KEYS: streams (one per entry); ARGV: group, consumer, prefix, slot ms, entry ids (one per key)
+-- KEYS: streams (one per entry); ARGV: group, consumer, prefix, slot ms, then per entry (one
+--       per key): entry id, slot tenant ('' = none: the entry's task is not running here)
 -- returns per entry: 1 renewed, 0 owned by another consumer, -1 gone (its stream or group too)
--- A renewed entry's tenant slot gets a new deadline.
+-- A renewed entry's tenant slot gets a new deadline. A gone one's slot is taken again under
+-- its slot tenant (Redis lost the entry and the slot with it; its task still runs), unless the
+-- entry's ack has ended it meanwhile.
 local out = {}
 local deadline = now_ms() + tonumber(ARGV[4])
 for i = 1, #KEYS do
-  local id = ARGV[i + 4]
+  local id, slot_t = ARGV[3 + 2 * i], ARGV[4 + 2 * i]
   local p = redis.pcall('XPENDING', KEYS[i], ARGV[1], id, id, 1)
-  if p['err'] or not p[1] then out[i] = -1
+  if p['err'] or not p[1] then
+    out[i] = -1
+    if slot_t ~= '' then rearm_lost_slot(ARGV[3], KEYS[i], id, slot_t, deadline) end
   elseif p[1][2] ~= ARGV[2] then out[i] = 0
   else
     redis.call('XCLAIM', KEYS[i], ARGV[1], ARGV[2], 0, id, 'JUSTID')
@@ -279,6 +294,7 @@ class Entry:
     deliveries: int = 1
     reclaimed: bool = False  # came by XAUTOCLAIM (its owner stopped renewing): takes the task over
     published: str | None = None  # its backlog entry's id (the publish time), set by the gate
+    tenant: str | None = None  # the tenant whose slot it holds, set by the gate (None: no slot)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -297,6 +313,7 @@ class AckItem:
     deliveries: int = 0
     outcome: Mapping[str, Any] | None = None  # the task's result, when this step ended it (db.results)
     dead_once: bool = False  # dead-letter only if the task has none yet (its row is dead already)
+    tenant: str = ""  # its slot's tenant: ends the slot a renewal took again if Redis lost the entry
 
 
 class Streams:
@@ -416,13 +433,17 @@ class Streams:
                 now,
                 item.task_id,
                 1 if item.dead_once else 0,
+                item.tenant,
             ]
         keys.append(self.keys.dead)
         return [bool(x) for x in self._ack(keys=keys, args=args)]
 
-    def hand_back(self, consumer: str, stream: str, entry_id: str, message: Mapping[str, Any]) -> str | None:
+    def hand_back(
+        self, consumer: str, stream: str, entry_id: str, message: Mapping[str, Any], slot_tenant: str = ""
+    ) -> str | None:
         """If the entry is still ours: ack it, delete it, free its slot and publish ``message``
-        afresh at the back of its tenant's backlog."""
+        afresh at the back of its tenant's backlog. If Redis lost the entry: end the slot that
+        renewals took again under ``slot_tenant`` (:meth:`renew`)."""
         task_id = str(message["id"])
         return self._hand_back(  # type: ignore[no-any-return]  # a Lua script: the entry id or nil
             keys=[stream, self.keys.published(task_id)],
@@ -431,27 +452,33 @@ class Streams:
                 consumer,
                 entry_id,
                 encode_message(message),
-                0,
+                slot_tenant,
                 self.keys.prefix,
                 tenant_of(message),
                 task_id,
             ],
         )
 
-    def renew(self, consumer: str, entries: Sequence[tuple[str, str]]) -> list[int]:
+    def renew(
+        self,
+        consumer: str,
+        entries: Sequence[tuple[str, str]],
+        running: Mapping[tuple[str, str], str] | None = None,
+    ) -> list[int]:
         """Renew the lease (idle 0) of ``(stream, entry id)`` pairs still owned by ``consumer``.
 
-        Per entry: 1 renewed, 0 taken by another consumer, -1 gone from the stream.
+        Per entry: 1 renewed, 0 taken by another consumer, -1 gone from the stream. ``running``
+        maps the entries whose tasks run here to their slots' tenants: a gone one's slot (Redis
+        lost it with the entry) is taken again, so its tenant's cap still counts the task; its
+        ack (``AckItem.tenant``) or hand-back ends it.
         """
         if not entries:
             return []
-        return [
-            int(x)
-            for x in self._renew(
-                keys=[s for s, _ in entries],
-                args=[self.keys.group, consumer, self.keys.prefix, self.slot_ms, *[e for _, e in entries]],
-            )
-        ]
+        running = running or {}
+        args: list[Any] = [self.keys.group, consumer, self.keys.prefix, self.slot_ms]
+        for key in entries:
+            args += [key[1], running.get(key, "")]
+        return [int(x) for x in self._renew(keys=[s for s, _ in entries], args=args)]
 
     def reclaim(
         self, consumer: str, stream: str, min_idle_ms: int, cursor: str, count: int
@@ -502,5 +529,10 @@ def decode_entry(stream: str, entry_id: str, fields: Mapping[str, Any] | None, *
     if not fields:
         return Entry(stream=stream, entry_id=entry_id, raw=None, **kw)
     return Entry(
-        stream=stream, entry_id=entry_id, raw=fields.get("message"), published=fields.get("published"), **kw
+        stream=stream,
+        entry_id=entry_id,
+        raw=fields.get("message"),
+        published=fields.get("published"),
+        tenant=fields.get("tenant"),
+        **kw,
     )

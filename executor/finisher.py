@@ -391,13 +391,15 @@ class Finisher:
             if s.status == QUEUED:
                 backs.append(s)
             else:
-                items.append(AckItem(entry.stream, entry.entry_id, s.outcome.task_id))
+                items.append(
+                    AckItem(entry.stream, entry.entry_id, s.outcome.task_id, tenant=entry.tenant or "")
+                )
         if items:
             self.streams.ack(self.consumer, items)
         for s in backs:
             entry = s.outcome.claimed.entry
             new_id = self.streams.hand_back(
-                self.consumer, entry.stream, entry.entry_id, s.outcome.claimed.message
+                self.consumer, entry.stream, entry.entry_id, s.outcome.claimed.message, entry.tenant or ""
             )
             extra = {**s.outcome.claimed.log_extra(), "entry": new_id or ""}
             if new_id:

@@ -7,7 +7,11 @@ check, then XCLAIM … JUSTID with idle 0) renews every entry the book holds. Pe
 - owned by another consumer: it took the entry while this executor stalled and has claimed (or
   is claiming) the row; this copy of the task is stopped as *lost*: it writes nothing more and
   acks nothing (``LIFECYCLE.md``, "Leases");
-- gone (Redis lost it): the task runs on and finishes; the row is the truth.
+- gone (Redis lost it): the task runs on and finishes; the row is the truth. Its tenant slot,
+  lost with it, is taken again (``Streams.renew``), so the gate still counts the task against
+  its tenant's cap; its ack ends that slot. The reconciler asks for a renewal at once when it
+  finds the limits mirror gone (the sign of such a loss), before it copies the limits that
+  let the gate admit again.
 """
 
 from __future__ import annotations
@@ -79,8 +83,13 @@ class LeaseKeeper:
             self._gone_once.clear()
             self._gone_seen.clear()
             return {}
+        running = {  # a task running here keeps its tenant slot if Redis loses its entry
+            run.claimed.entry.key: run.claimed.entry.tenant
+            for run in self.book.running.values()
+            if run.claimed.entry.tenant
+        }
         try:
-            results = await self.limiters.redis(self.streams.renew, self.consumer, keys)
+            results = await self.limiters.redis(self.streams.renew, self.consumer, keys, running)
         except RETRYABLE_REDIS_ERRORS as exc:
             # Only report the failure: the read loop says when Redis is back (one warning
             # per outage, however many loops notice it).

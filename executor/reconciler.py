@@ -38,7 +38,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -61,6 +61,11 @@ from ingest.tenants import copy_limits
 
 T = TypeVar("T")
 log = logging.getLogger("executor.reconciler")
+
+
+async def _nothing() -> None:
+    return None
+
 
 BATCH = 1000  # rows looked at per kind and pass (queued rows: per page)
 QUEUED_PAGES_PER_PASS = 20  # queued rows looked at per pass: up to 20 pages of BATCH
@@ -168,6 +173,10 @@ class Reconciler:
         self._sightings = self.client.register_script(_SIGHTINGS)
         self._trio_token: trio.lowlevel.TrioToken | None = None  # the limits loop's run
         self._limits_asked = trio.Event()  # set by a dispatch that found the limits mark missing
+        # Called before a copy of the limits when the mark is missing (the daemon: its lease
+        # renewal, which takes the slots of its running tasks again if Redis lost them; a
+        # copy lets the gate admit, and the caps would not count those tasks).
+        self.before_limits_copy: Callable[[], Awaitable[object]] = _nothing
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -207,10 +216,17 @@ class Reconciler:
 
     async def mirror_limits_if_missing(self) -> int | None:
         """The complete copy if the mark is missing: how many tenants it wrote; 0 when the mark
-        was there, None when a service failed (the next look tries again)."""
+        was there, None when a service failed (the next look tries again). Before it copies,
+        :attr:`before_limits_copy` (the lease renewal) runs."""
+        ran, marked = await self._in_thread(self._limits_marked, "look for the limits mark")
+        if not ran:
+            return None
+        if marked:
+            return 0
+        await self.before_limits_copy()
 
         def copy_unless_marked() -> int | None:  # None: the mark was there
-            return None if self.client.exists(self.keys.limits_mirrored) else self._mirror_limits()
+            return None if self._limits_marked() else self._mirror_limits()
 
         ran, written = await self._in_thread(copy_unless_marked, "copy of the tenants' limits")
         if not ran:
@@ -219,6 +235,9 @@ class Reconciler:
             return 0
         log.info("tenants' limits copied into Redis (its copy was not marked complete): %d written", written)
         return written
+
+    def _limits_marked(self) -> bool:
+        return bool(self.client.exists(self.keys.limits_mirrored))
 
     async def _in_thread(self, fn: Callable[[], T], what: str) -> tuple[bool, T | None]:
         """``fn`` in a thread under the database limiter: (True, its result), or (False, None)
@@ -242,6 +261,9 @@ class Reconciler:
         A pass that ran reached the database: a database outage that a failed pass began (an
         idle executor's only database calls may be its passes) is said to end by the next one."""
         began = time.monotonic()
+        ran, marked = await self._in_thread(self._limits_marked, "look for the limits mark")
+        if ran and not marked:  # the pass copies the limits: this executor's slots first
+            await self.before_limits_copy()
         _, report = await self._in_thread(self.reconcile, "reconcile pass")
         if report is not None:
             self.db_outage.ok(since=began)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from db.gate import Gate
 from db.streams import AckItem
+from tests.conftest import _delete_prefix
 from tests.lifecycle import rule
 
 
@@ -126,3 +127,54 @@ def test_hole2_a_published_key_whose_entry_is_gone_is_found_and_dropped(streams,
     )  # a's entry is gone, b's is the newest
     assert streams.live_entries(["a", "b", "c"]) == [False, True, False]
     assert not rclient.exists(keys.published("a")) and rclient.exists(keys.published("b"))
+
+
+def _lose_everything(rclient, keys, streams):
+    """Redis restarted without persistence: every key of the prefix gone, the group made again
+    (as the executors' read loop makes it)."""
+    _delete_prefix(rclient, keys.prefix)
+    streams.ensure_group()
+
+
+def test_a_running_task_whose_entry_redis_lost_takes_its_slot_again_until_its_ack(streams, rclient, keys):
+    streams.publish_many([{"id": "a", "priority": 0, "tenant_id": "t1"}])
+    [(stream, eid, fields)] = _read(rclient, keys, "c1", keys.queue(0))
+    assert fields["tenant"] == "t1"
+    _lose_everything(rclient, keys, streams)
+    member = f"0:{eid}"
+    # a renewal of an entry held but not running takes nothing; a running one's takes its slot
+    assert streams.renew("c1", [(stream, eid)]) == [-1]
+    assert rclient.zcard(keys.running("t1")) == 0
+    assert streams.renew("c1", [(stream, eid)], {(stream, eid): "t1"}) == [-1]
+    assert rclient.zrange(keys.running("t1"), 0, -1) == [member]
+    # the ack finds the entry pending nowhere: nothing acked, the slot ends for good
+    assert streams.ack("c1", [AckItem(stream, eid, "a", tenant="t1")]) == [False]
+    assert rclient.zcard(keys.running("t1")) == 0
+    # a renewal racing that ack (its list taken while the task still ran) does not take it again
+    assert streams.renew("c1", [(stream, eid)], {(stream, eid): "t1"}) == [-1]
+    assert rclient.zcard(keys.running("t1")) == 0
+
+
+def test_a_hand_back_of_an_entry_redis_lost_ends_its_slot_and_publishes_nothing(streams, rclient, keys):
+    msg = {"id": "a", "priority": 0, "tenant_id": "t1"}
+    streams.publish_many([msg])
+    [(stream, eid, _)] = _read(rclient, keys, "c1", keys.queue(0))
+    _lose_everything(rclient, keys, streams)
+    streams.renew("c1", [(stream, eid)], {(stream, eid): "t1"})
+    assert rclient.zcard(keys.running("t1")) == 1
+    assert streams.hand_back("c1", stream, eid, msg, "t1") is None  # the reconciler re-publishes its row
+    assert rclient.zcard(keys.running("t1")) == 0 and rclient.xlen(keys.backlog(0, "t1")) == 0
+    streams.renew("c1", [(stream, eid)], {(stream, eid): "t1"})
+    assert rclient.zcard(keys.running("t1")) == 0
+
+
+def test_an_ack_in_a_group_redis_lost_acks_the_others_of_its_call(streams, rclient, keys):
+    streams.publish_many([{"id": "a", "priority": 0}, {"id": "b", "priority": 1}])
+    read = {s: e for s, e, _ in _read(rclient, keys, "c1")}
+    rclient.delete(keys.queue(1))  # the high-priority stream and its group lost, the other kept
+    items = [
+        AckItem(keys.queue(1), read[keys.queue(1)], "b"),
+        AckItem(keys.queue(0), read[keys.queue(0)], "a"),
+    ]
+    assert streams.ack("c1", items) == [False, True]
+    assert rclient.xpending(keys.queue(0), keys.group)["pending"] == 0
