@@ -177,6 +177,9 @@ class Runner:
                 raise cancelled from None  # an outer cancellation (a hard stop) goes on
             finally:
                 self.metrics.task_left_slot(claimed.task_type)
+            if run.scope.cancel_called:  # (past the deadline, reading this cancels the scope)
+                self._returned_when_stopped(run)
+                return None
             return self._done(run, result, began)
 
     async def _attempts(self, run: Running) -> TaskResult | None:
@@ -209,6 +212,16 @@ class Runner:
             "task raised while being stopped (%s): %s",
             run.stop_reason or "timed out",
             describe(exc),
+            extra=run.claimed.log_extra(),
+        )
+
+    def _returned_when_stopped(self, run: Running) -> None:
+        """The run's scope was cancelled and the handler returned all the same: it caught the
+        cancellation (a broad ``except BaseException``), or ended between its last checkpoint
+        and the deadline. Its return does not say the work was done: the stop decides."""
+        log.warning(
+            "task returned after being stopped (%s): the stop decides its outcome",
+            run.stop_reason or "timed out",
             extra=run.claimed.log_extra(),
         )
 

@@ -1,6 +1,6 @@
 """A run whose scope is cancelled (a stop, a cancel, the deadline) ends as that stop says even
-when its handler turns the cancellation into an error of its own (a clean-up that fails): a
-hand-back stays a hand-back, a timeout a timeout, a cancel a cancel."""
+when its handler turns the cancellation into an error of its own (a clean-up that fails), or
+swallows it and returns: a hand-back stays a hand-back, a timeout a timeout, a cancel a cancel."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import trio
 
 from db.database import unit
 from db.models import CANCELLED, FAILED, QUEUED, RUNNING, Task
-from executor.context import TaskContext
+from executor.context import TaskContext, TaskResult
 from tests.executor.support import enqueue, row, running_daemon, task_spec
 from tests.helpers import await_until
 
@@ -35,10 +35,20 @@ async def child_cleanup_raises(ctx: TaskContext) -> None:
         await trio.sleep(60)
 
 
+async def swallows_cancel(ctx: TaskContext) -> TaskResult:
+    """A handler that catches the cancellation and returns as if its work were done (a broad
+    ``except BaseException`` around a call, say)."""
+    try:
+        await trio.sleep(60)
+    except trio.Cancelled:
+        return TaskResult(message="half the work")
+    return TaskResult(message="half the work")
+
+
 def _settings(xsettings, **kw):
     extra = (
         f"{xsettings.extra_handlers},cleanup_raises={__name__}:cleanup_raises,"
-        f"child_cleanup_raises={__name__}:child_cleanup_raises"
+        f"child_cleanup_raises={__name__}:child_cleanup_raises,swallows_cancel={__name__}:swallows_cancel"
     )
     return xsettings.replace(extra_handlers=extra, **kw)
 
@@ -101,6 +111,27 @@ async def test_an_error_beside_a_cancellation_in_a_handler_s_nursery_ends_the_ta
     async with running_daemon(_settings(xsettings, shutdown_grace_s=0.3)) as daemon:
         await await_until(lambda: row(tid)["status"] == RUNNING, 10)
     assert row(tid)["status"] == QUEUED and daemon.counters.handed_back == 1
+    for stream in (keys.queue(0), keys.backlog(0, "default")):  # nobody reads it here
+        rclient.xtrim(stream, maxlen=0)
+    rclient.delete(keys.published(tid))
+
+
+async def test_a_handler_that_swallows_its_cancellation_is_not_written_done(
+    xsettings, streams, rclient, keys, db
+):
+    """Its return says nothing about the work: the stop decides, as when it raises."""
+    (tid,) = enqueue(streams, [task_spec("swallows_cancel")])
+    async with running_daemon(_settings(xsettings, task_timeout_s=0.5)) as daemon:
+        await await_until(lambda: row(tid)["status"] == FAILED, 10)
+        await await_until(lambda: rclient.xlen(keys.queue(0)) == 0, 5)
+        assert daemon.counters.timed_out == 1 and daemon.counters.done == 0
+    assert "timed out after 0.5 s" in row(tid)["progress_msg"]
+    (tid,) = enqueue(streams, [task_spec("swallows_cancel")])
+    async with running_daemon(_settings(xsettings, shutdown_grace_s=0.3)) as daemon:
+        await await_until(lambda: row(tid)["status"] == RUNNING, 10)
+    r = row(tid)
+    assert r["status"] == QUEUED and r["handback_count"] == 1, r["progress_msg"]
+    assert daemon.counters.handed_back == 1 and daemon.counters.done == 0
     for stream in (keys.queue(0), keys.backlog(0, "default")):  # nobody reads it here
         rclient.xtrim(stream, maxlen=0)
     rclient.delete(keys.published(tid))
