@@ -379,8 +379,9 @@ def _remove_docs(doc_ids: list[str], *, kb_id: str | None) -> tuple[RemoveResult
 def _after_remove(
     settings: Settings, result: RemoveResult, locations: list[str], cancelled: list[str]
 ) -> None:
-    """After the rows' commit: the engine's vectors, the bytes, the cancel keys."""
-    vectors.forget(doc_ids=result.doc_ids, kb_id=result.kb_id)
+    """After the rows' commit: the engine's vectors (an engine that refuses keeps them for
+    ``ingest reindex``, logged: the rows are the record), the bytes, the cancel keys."""
+    vectors.forget_or_log(doc_ids=result.doc_ids, kb_id=result.kb_id, what="removed documents'")
     storage = open_storage(settings.storage_url)
     for location in locations:
         storage.delete(location)

@@ -150,7 +150,7 @@ def _upsert(task_id: str, rows: list[dict[str, Any]], attempt: int | None = None
             query.execute()
         _index(rows)
     if stale:  # after the commit: a rolled-back rewrite keeps its rows, so their vectors stay too
-        vectors.forget(ids=stale)
+        vectors.forget_or_log(ids=stale, what=f"task {task_id}'s stale chunks'")
 
 
 def _index(rows: list[dict[str, Any]]) -> None:
@@ -171,7 +171,7 @@ def delete_task_chunks(task_id: str) -> int:
     """Remove every chunk a task wrote (after a cancel); returns how many."""
     with unit():
         removed = ChunkRow.delete().where(ChunkRow.task_id == task_id).execute()
-    vectors.forget(task_ids=[task_id])
+    vectors.forget_or_log(task_ids=[task_id], what=f"task {task_id}'s")
     return int(removed)
 
 

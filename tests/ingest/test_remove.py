@@ -7,9 +7,11 @@ import pytest
 
 from db.database import unit
 from db.models import Chunk, Document, DocumentBlob, KnowledgeBase, Task
+from ingest import vectors
 from ingest.cli import main
 from ingest.control import remove_document, remove_kb
 from ingest.errors import NotFound
+from ingest.milvus import VectorStoreUnavailable
 from ingest.producer import submit_documents
 from tests.ingest.factories import cli_args, finish_task
 
@@ -51,3 +53,25 @@ def test_remove_kb_of_another_tenant_is_not_found(settings):
     with pytest.raises(NotFound):
         remove_kb(settings, "kb1")
     assert remove_kb(settings, "kb1", tenant_id="t1").doc_ids
+
+
+def test_rm_with_an_engine_that_refuses_still_removes_the_bytes_and_cancels(
+    settings, rclient, keys, monkeypatch
+):
+    """The rows are committed first and are the record: an engine that cannot forget the
+    vectors leaves them for ``ingest reindex`` (logged), and the rest of the removal goes on."""
+    result = submit_documents(settings, [("a.txt", b"a"), ("b.txt", b"b")], "kb1")
+    a, b = result.documents
+
+    def refuse(**kw: object) -> None:
+        raise VectorStoreUnavailable("vector engine at milvus://x: connection refused")
+
+    monkeypatch.setattr(vectors, "forget", refuse)
+    removed = remove_document(settings, a.id)
+    assert removed.cancelled == a.task_ids and rclient.exists(keys.cancel(a.task_ids[0]))
+    with unit():
+        assert DocumentBlob.select().count() == 1  # a's bytes went
+    removed = remove_kb(settings, "kb1")
+    assert removed.doc_ids == [b.id] and rclient.exists(keys.cancel(b.task_ids[0]))
+    with unit():
+        assert DocumentBlob.select().count() == 0 and KnowledgeBase.select().count() == 0

@@ -11,8 +11,10 @@ import pytest
 from db.database import init_database, unit
 from db.models import RUNNING, KnowledgeBase, Task
 from db.models import Chunk as ChunkRow
+from ingest import vectors as engine
 from ingest.chunking import Chunk
 from ingest.errors import PermanentError
+from ingest.milvus import VectorStoreUnavailable
 from ingest.store import chunk_id, delete_task_chunks, record_embedding_model, store_chunks, vector_from_bytes
 from tests.lifecycle import rule
 
@@ -87,6 +89,21 @@ def test_other_tasks_chunks_are_untouched(any_db):
     write("t1", 0)
     assert rows("t1") == [] and len(rows("t2")) == 3
     assert delete_task_chunks("t2") == 3 and rows("t2") == []
+
+
+def test_a_shorter_rerun_stands_when_the_engine_cannot_forget_the_stale_vectors(any_db, monkeypatch, caplog):
+    """The stale rows go in the rewrite's commit; an engine that then refuses to forget their
+    vectors fails nothing (search drops a hit without its row): logged for ``ingest reindex``."""
+    write("t1", 5)
+
+    def refuse(**kw: object) -> None:
+        raise VectorStoreUnavailable("vector engine at milvus://x: connection refused")
+
+    monkeypatch.setattr(engine, "forget", refuse)
+    write("t1", 2)
+    assert [r[1] for r in rows("t1")] == [0, 1]
+    assert delete_task_chunks("t1") == 2 and rows("t1") == []
+    assert any("vectors not removed from the engine" in r.getMessage() for r in caplog.records)
 
 
 def test_vectors_and_chunks_must_match(any_db):
