@@ -213,15 +213,18 @@ class _Flushed:
     """What one flush did, reported back to the trio side."""
 
     states: list[str | None] | None  # per outcome of the batch; None: the database write failed
-    acked: bool  # the acks (and hand-backs, events) went out
+    acked: bool  # the acks and hand-backs went out
     db_error: BaseException | None = None  # why the write failed: the database's or another service's
     redis_error: BaseException | None = None
+    unannounced: list[Announcement] = field(default_factory=list)  # acked; their events still to send
 
 
 class Finisher:
     """Collects outcomes and plain acks; one loop writes, acks and announces them in batches:
     per flush one thread hop does the terminal transaction, then one ack script call, then
-    the events. What the database took but Redis did not is acked on a later flush."""
+    the events. What the database took but Redis did not is acked on a later flush; events
+    that Redis refused after their acks went through (full: a script's first write, the ack,
+    is let through, a plain write is not) are sent on a later flush, their entries settled."""
 
     metrics: Any = NO_METRICS  # the daemon sets its own
 
@@ -249,6 +252,7 @@ class Finisher:
         self._unwritten: dict[str, int] = {}  # their task ids, with a count (holds)
         self._acks: list[AckItem] = []  # to ack (written, or never needed a write)
         self._settled: list[_Settled] = []  # written: to ack or hand back, then announce
+        self._news: list[Announcement] = []  # acked: to announce
         self._busy = False
         self._wake = trio.Event()
         self.dead_lettered = 0
@@ -272,7 +276,7 @@ class Finisher:
 
     @property
     def backlog(self) -> int:
-        return len(self._outcomes) + len(self._acks) + len(self._settled)
+        return len(self._outcomes) + len(self._acks) + len(self._settled) + len(self._news)
 
     async def drain(self) -> None:
         """Return once everything submitted so far is written and acked."""
@@ -297,13 +301,14 @@ class Finisher:
     async def flush(self) -> float:
         """One batch: write, ack, announce; returns how long to back off (0 when all went)."""
         batch, acks, settled = self._outcomes[:MAX_BATCH], list(self._acks), list(self._settled)
+        news = list(self._news)
         # Abandoned on a cancel, which comes only at the end of a stop, after the drain's
         # FINISH_WAIT_S: a stalled database does not hold the process for its read timeout. A
         # batch whose fate is then unknown is as after a SIGKILL: its entries stay pending, a
         # reclaim finds each row finished (acked) or still running under a dead owner (run again).
         began = time.monotonic()
         done = await trio.to_thread.run_sync(
-            self._flush, batch, acks, settled, limiter=self.limiters.db_limiter, abandon_on_cancel=True
+            self._flush, batch, acks, settled, news, limiter=self.limiters.db_limiter, abandon_on_cancel=True
         )
         delay = 0.0
         fresh: list[_Settled] = []
@@ -320,9 +325,14 @@ class Finisher:
                     self._unwritten[o.task_id] = left
             fresh = self._sort(batch, done.states)
         if done.acked:
-            self.redis_outage.ok()
+            if done.redis_error is None:
+                self.redis_outage.ok()
+            else:  # acked, but the events were refused: they go on a later flush
+                delay = max(delay, self.redis_outage.failed(done.redis_error))
             del self._acks[: len(acks)]
             del self._settled[: len(settled)]
+            del self._news[: len(news)]
+            self._news.extend(done.unannounced)
             for a in acks:
                 if a.dead_reason:
                     self.dead_lettered += 1
@@ -353,8 +363,11 @@ class Finisher:
                 fresh.append(_Settled(outcome, status))
         return fresh
 
-    def _flush(self, batch: list[Outcome], acks: list[AckItem], settled: list[_Settled]) -> _Flushed:
-        """In one thread: the terminal writes, then the acks and events of everything written."""
+    def _flush(
+        self, batch: list[Outcome], acks: list[AckItem], settled: list[_Settled], news: list[Announcement]
+    ) -> _Flushed:
+        """In one thread: the terminal writes, then the acks and events of everything written
+        (and the events of earlier acks that Redis refused to announce)."""
         states: list[str | None] | None = []
         db_error: BaseException | None = None
         if batch:
@@ -372,18 +385,26 @@ class Finisher:
         items = settled + [
             _Settled(o, st) for o, st in zip(batch, states or [], strict=False) if st is not None
         ]
-        if not (acks or items):
+        if not (acks or items or news):
             return _Flushed(states, True, db_error)
         try:
-            self._ack_and_announce(acks, items)
+            self._ack(acks, items)
         except RETRYABLE_REDIS_ERRORS as exc:
             return _Flushed(states, False, db_error, exc)
         except redis.RedisError as exc:
             log.error("ack failed, entries left pending for reclaim: %s", exc)
+        news = news + [_announcement(s, self.consumer) for s in items]
+        news += [Announcement(_buried_event(a, self.consumer), a.outcome) for a in acks if a.outcome]
+        try:
+            self.results.announce(news, ttl_s=self.results_ttl_s)
+        except RETRYABLE_REDIS_ERRORS as exc:
+            return _Flushed(states, True, db_error, exc, news)
+        except redis.RedisError as exc:
+            log.error("events of %d finished task(s) not sent: %s", len(news), exc)
         return _Flushed(states, True, db_error)
 
-    def _ack_and_announce(self, acks: list[AckItem], settled: list[_Settled]) -> None:
-        """One ack script call, the hand-backs, then every event in one command."""
+    def _ack(self, acks: list[AckItem], settled: list[_Settled]) -> None:
+        """One ack script call, then the hand-backs."""
         items = list(acks)
         backs: list[_Settled] = []
         for s in settled:
@@ -406,9 +427,6 @@ class Finisher:
                 log.info("handed back: row queued, entry re-published", extra=extra)
             else:
                 log.warning("handed back: row queued, but the entry was no longer ours", extra=extra)
-        news = [_announcement(s, self.consumer) for s in settled]
-        news += [Announcement(_buried_event(a, self.consumer), a.outcome) for a in acks if a.outcome]
-        self.results.announce(news, ttl_s=self.results_ttl_s)
 
 
 def _task_type_of(raw: str) -> str:
