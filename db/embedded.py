@@ -16,8 +16,9 @@ A server is never started beside one that still runs on this home (its pid file 
 socket is there is loading its append-only file or busy, and is waited for; one whose socket
 file was removed (a ``/tmp`` cleaner) can never be reached again, and is stopped cleanly first
 (SIGTERM: Redis writes its append-only file out and exits), then started afresh on the same
-file. While :func:`held` holds it, a watchdog checks every :data:`WATCH_INTERVAL_S` that it
-answers, and starts it again (the same way, under the lock) when it crashed or was killed.
+file. While a :class:`Hold` is open (:func:`held`, a ``Client``), the process's one watchdog
+checks every :data:`WATCH_INTERVAL_S` that it answers, and starts it again (the same way, under
+the lock) when it crashed or was killed.
 
 Everything the project asks of Redis works on 6.2: the scripts read XAUTOCLAIM's reply as
 ``{cursor, entries}`` (7 adds a third element, the deleted ids, which they do not use, and a
@@ -298,26 +299,78 @@ def _keep_up(server: EmbeddedRedis, stop: threading.Event, interval_s: float) ->
             log.warning("the embedded Redis does not answer and was not started again: %s", exc)
 
 
+class _Watchdog:
+    """One thread per process and home that keeps the server up for every hold of the process."""
+
+    def __init__(self, server: EmbeddedRedis, interval_s: float) -> None:
+        self.users = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(
+            target=_keep_up, args=(server, self.stop, interval_s), name="embedded-redis-watchdog", daemon=True
+        )
+
+
+_WATCHDOGS: dict[Path, _Watchdog] = {}
+_WATCHDOGS_LOCK = threading.Lock()
+
+
+class Hold:
+    """One attachment of this process to the embedded server under ``home`` for as long as it is
+    open, with the process's watchdog (started with its first hold, every ``watch_s`` (0: none),
+    stopped after its last): an executor, a CLI verb (:func:`held`) or an application's
+    ``Client`` (the server crashed, a ``Client`` alone on the host would fail every call)."""
+
+    def __init__(self, home: str, *, watch_s: float = WATCH_INTERVAL_S) -> None:
+        self.server = EmbeddedRedis(home)
+        self.watch_s = watch_s
+        self._open = False
+
+    def open(self) -> str:
+        """Attach (start the server if needed) and watch it; returns its URL."""
+        url = self.server.attach()
+        if self.watch_s > 0:
+            with _WATCHDOGS_LOCK:
+                dog = _WATCHDOGS.get(self.server.home)
+                if dog is None:
+                    dog = _WATCHDOGS[self.server.home] = _Watchdog(self.server, self.watch_s)
+                    dog.thread.start()
+                dog.users += 1
+        self._open = True
+        return url
+
+    def close(self) -> None:
+        """Detach; the process's last hold stops its watchdog first (it must not start what the
+        detach stops). Closing twice does nothing."""
+        if not self._open:
+            return
+        self._open = False
+        dog = None
+        if self.watch_s > 0:
+            with _WATCHDOGS_LOCK:
+                dog = _WATCHDOGS[self.server.home]
+                dog.users -= 1
+                if dog.users == 0:
+                    del _WATCHDOGS[self.server.home]
+                else:
+                    dog = None
+        if dog is not None:
+            dog.stop.set()
+            dog.thread.join()
+        self.server.detach()
+
+
 @contextlib.contextmanager
 def held(redis_url: str, home: str, *, watch_s: float = WATCH_INTERVAL_S) -> Iterator[str]:
     """For the body of the block, the embedded server when ``redis_url`` is the embedded one
-    (started if needed, started again by a watchdog thread every ``watch_s`` (0: never) if it
-    dies meanwhile, stopped after if nobody else holds it); any other URL passes as it is."""
+    (a :class:`Hold`: started if needed, started again by the process's watchdog every
+    ``watch_s`` (0: never) if it dies meanwhile, stopped after if nobody else holds it); any
+    other URL passes as it is."""
     if not is_embedded(redis_url, home):
         yield redis_url
         return
-    server = EmbeddedRedis(home)
-    url = server.attach()
-    stop = threading.Event()
-    watchdog = threading.Thread(
-        target=_keep_up, args=(server, stop, watch_s), name="embedded-redis-watchdog", daemon=True
-    )
-    if watch_s > 0:
-        watchdog.start()
+    hold = Hold(home, watch_s=watch_s)
+    url = hold.open()
     try:
         yield url
     finally:
-        stop.set()
-        if watchdog.is_alive():
-            watchdog.join()  # before the detach: it must not start what the detach stops
-        server.detach()
+        hold.close()

@@ -77,11 +77,11 @@ class Client:
         self.keys = Keys(settings.key_prefix)
         self._redis: Any = None
         self._embedded: Any = None
-        if settings.embedded:  # the host's embedded Redis: started if needed, held until close
-            from db.embedded import EmbeddedRedis
+        if settings.embedded:  # the host's embedded Redis: started if needed, kept up until close
+            from db.embedded import Hold
 
-            self._embedded = EmbeddedRedis(settings.home)
-            self._embedded.attach()
+            self._embedded = Hold(settings.home)
+            self._embedded.open()
 
     # -- lifetime ----------------------------------------------------------------------------
 
@@ -99,7 +99,7 @@ class Client:
                 self._redis.close()
             self._redis = None
         if self._embedded is not None:
-            self._embedded.detach()
+            self._embedded.close()
             self._embedded = None
 
     def _client(self) -> Any:

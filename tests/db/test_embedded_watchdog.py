@@ -1,4 +1,4 @@
-"""A process that holds the embedded Redis through ``held`` (an executor, a CLI verb) starts it
+"""A process that holds the embedded Redis (an executor, a CLI verb, a ``Client``) starts it
 again when it crashed (kill -9, the OOM killer), and only once however many hold it."""
 
 from __future__ import annotations
@@ -7,8 +7,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 
 from db.embedded import START_TIMEOUT_S, WATCH_INTERVAL_S, EmbeddedRedis, embedded_url, held
+from db.schema import init_schema
 from tests.db.embedded_support import own_home, servers_on
 from tests.helpers import wait_until
 from tests.procs import ROOT
@@ -63,3 +65,24 @@ def test_holders_in_several_processes_start_one_server_again(own_home):
             proc.communicate("", timeout=30)
     assert [proc.returncode for proc in holders] == [0, 0, 0]
     assert servers_on(own_home) == []
+
+
+def test_a_client_keeps_the_server_up_while_it_is_open(own_home):
+    """An application that holds the embedded Redis only through a ``Client`` (no executor
+    runs on the host yet): a crash of the server is repaired as under ``held``, and one watchdog
+    serves every client of the process."""
+    from ingest import Client
+
+    env = {"INGEST_HOME": own_home}
+    server = EmbeddedRedis(own_home)
+    with Client(environ=env) as first, Client(environ=env):
+        init_schema(first.settings.db_url)
+        watchdogs = [t for t in threading.enumerate() if t.name == "embedded-redis-watchdog"]
+        assert len(watchdogs) == 1
+        (before,) = servers_on(own_home)
+        os.kill(before, signal.SIGKILL)
+        wait_until(lambda: server.answers(), 10)
+        assert servers_on(own_home) != [before]
+        assert first.submit_tasks([{"task_type": "noop"}])  # the client goes on with the new one
+    assert not server.answers() and servers_on(own_home) == []
+    assert not [t for t in threading.enumerate() if t.name == "embedded-redis-watchdog"]
