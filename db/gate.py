@@ -308,7 +308,8 @@ class Gate:
 
     def tenants_at_gate(self) -> list[str]:
         """Tenants the gate knows now: ready at some priority or parked."""
-        names: set[str] = set(cast("list[str]", self.client.zrange(self.keys.parked, 0, -1)))
+        pipe = self.client.pipeline(transaction=False)  # one round trip
+        pipe.zrange(self.keys.parked, 0, -1)
         for p in PRIORITIES:
-            names.update(cast("list[str]", self.client.zrange(self.keys.ready(p), 0, -1)))
-        return sorted(names)
+            pipe.zrange(self.keys.ready(p), 0, -1)
+        return sorted({name for names in cast("list[list[str]]", pipe.execute()) for name in names})
