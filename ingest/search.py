@@ -11,6 +11,7 @@ by the same model in the calling process, through its ONNX export when there is 
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +29,7 @@ from ingest.vectors import BLOCK_ROWS, KbRef, keyset_vector_blocks, top_k, vecto
 
 __all__ = ["BLOCK_ROWS", "MODES", "Hit", "keyset_vector_blocks", "search", "top_k", "vector_blocks"]
 MODES = ("dense", "keyword", "hybrid")
+_ENCODE_LOCK = threading.Lock()  # one query encode at a time per process
 DEFAULT_MODE = "hybrid"  # bench/retrieval.py: hybrid ranks the answer first most often (README)
 FUSE_DEPTH = 50  # each list's candidates fused in hybrid mode (at least k)
 ENGINE_OVERFETCH = 2  # an engine is asked for this many times k (plus 10) candidates at first
@@ -87,7 +89,8 @@ def search(
             "(INGEST_EMBEDDING_BACKEND=onnx-int8 for a #onnx-int8 one, torch or onnx otherwise) "
             f"(now {embedder.identity}, dimension {embedder.dim})"
         )
-    query_vector = embedder.encode([query])[0]
+    with _ENCODE_LOCK:  # CPU-bound: concurrent searches' encodes would only share the cores
+        query_vector = embedder.encode([query])[0]
     ref = KbRef(tenant_id=kb.tenant_id, kb_id=kb.id, dim=kb.embedding_dim, model=kb.embedding_model)
     if block_rows is not None:  # exact, in blocks of this size (tests compare block sizes)
         store = vectors.MySQLStore(block_rows)

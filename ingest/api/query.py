@@ -2,8 +2,8 @@
 
 The first search loads the query encoder in this process (``ingest.query_encoder``: the model's
 ONNX export, under a second, or sentence-transformers when there is none); every search runs
-in a thread under the ``embed_limiter`` (one at a time). It is loaded there, never when the app
-is imported.
+in a thread under the ``search_limiter`` (a few at once, their query encodes one at a time). It
+is loaded there, never when the app is imported.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ router = APIRouter(prefix="/v1", tags=["search"])
 async def run_search(
     runtime: Runtime, kb: str, q: str, k: int, tenant_id: str, mode: str = "hybrid"
 ) -> list[dict[str, Any]]:
-    """The hits of ``ingest.search.search`` as dicts, under the embed limiter (the dashboard's
+    """The hits of ``ingest.search.search`` as dicts, under the search limiter (the dashboard's
     retrieval box calls this too)."""
 
     def work() -> list[dict[str, Any]]:
@@ -31,7 +31,7 @@ async def run_search(
 
         return [asdict(h) for h in search(runtime.settings, kb, q, k, tenant_id=tenant_id, mode=mode)]
 
-    return await runtime.in_embedder(work)
+    return await runtime.in_search(work)
 
 
 async def _search(

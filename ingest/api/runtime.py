@@ -19,7 +19,7 @@ T = TypeVar("T")
 
 DB_THREADS = 16  # below the peewee pool's 32 connections
 REDIS_CONNECTIONS = 8  # the limiter and the blocking pool have this same size
-EMBED_THREADS = 1  # one model, one encode at a time
+SEARCH_THREADS = 4  # searches at once, each in a database thread (their query encodes: one at a time)
 FILE_THREADS = 4  # reading uploaded files spooled to disk
 REDIS_POOL_TIMEOUT_S = 10
 
@@ -36,7 +36,7 @@ class Runtime:
     settings: Settings
     db_limiter: trio.CapacityLimiter
     redis_limiter: trio.CapacityLimiter
-    embed_limiter: trio.CapacityLimiter
+    search_limiter: trio.CapacityLimiter
     file_limiter: trio.CapacityLimiter
     redis_client: redis.Redis
     keys: Keys
@@ -55,7 +55,7 @@ class Runtime:
             settings=settings,
             db_limiter=trio.CapacityLimiter(DB_THREADS),
             redis_limiter=trio.CapacityLimiter(REDIS_CONNECTIONS),
-            embed_limiter=trio.CapacityLimiter(EMBED_THREADS),
+            search_limiter=trio.CapacityLimiter(SEARCH_THREADS),
             file_limiter=trio.CapacityLimiter(FILE_THREADS),
             redis_client=client,
             keys=keys,
@@ -70,10 +70,12 @@ class Runtime:
         """A blocking call on the gated client in a thread, under ``redis_limiter``."""
         return await trio.to_thread.run_sync(fn, *args, limiter=self.redis_limiter)
 
-    async def in_embedder(self, fn: Callable[..., T], *args: Any) -> T:
-        """Model work (a search: load the model once, embed, score) under ``embed_limiter``;
-        the embed slot is taken first so that waiting searches hold no database slot."""
-        async with self.embed_limiter:
+    async def in_search(self, fn: Callable[..., T], *args: Any) -> T:
+        """A search (load the model once, embed the query, read the store) in a database thread,
+        under ``search_limiter``, taken first so that waiting searches hold no database slot.
+        Searches overlap: only their query encodes take turns (``ingest.search``), so a slow
+        one (a large knowledge base, a big ``k``) does not hold up another tenant's."""
+        async with self.search_limiter:
             return await trio.to_thread.run_sync(fn, *args, limiter=self.db_limiter)
 
     async def read_file(self, fn: Callable[..., T], *args: Any) -> T:
