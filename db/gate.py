@@ -90,13 +90,16 @@ end
 -- The slot of an entry Redis lost while its task ran (a renewal took it again, db.streams):
 -- its ack or hand-back ends it, and marks it ended so that a renewal racing them does not
 -- take it once more.
+-- Under maxmemory Redis refuses a script's first write if it may grow memory (SET, ZADD),
+-- never a later one: the ZREM goes first, and a refused re-arm leaves the rest of its call be.
 local function end_lost_slot(prefix, stream, id, t)
+  local woke = free_slot(prefix, stream, id, t)
   redis.call('SET', k_slot_ended(prefix, prio_of(stream), id), '1', 'EX', SLOT_ENDED_TTL_S)
-  return free_slot(prefix, stream, id, t)
+  return woke
 end
 local function rearm_lost_slot(prefix, stream, id, t, deadline)
   if redis.call('EXISTS', k_slot_ended(prefix, prio_of(stream), id)) == 0 then
-    arm_slot(prefix, stream, id, t, deadline)
+    redis.pcall('ZADD', k_running(prefix, t), 'GT', deadline, prio_of(stream) .. ':' .. id)
   end
 end
 local function backlog_add(prefix, p, t, task, message)

@@ -314,7 +314,7 @@ class Daemon:
         )
         self.reconciler = Reconciler(s, self.streams, self.limiters, self.db_outage, self.redis_outage)
         self.collector.on_limits_missing = self.reconciler.limits_missing
-        self.reconciler.before_limits_copy = self.leases.renew_once
+        self.reconciler.before_limits_copy = self.leases.renew_for_a_loss
         self.recycler = Recycler(
             s.max_tasks_per_child,
             s.max_rss_mb,

@@ -8,10 +8,11 @@ check, then XCLAIM … JUSTID with idle 0) renews every entry the book holds. Pe
   is claiming) the row; this copy of the task is stopped as *lost*: it writes nothing more and
   acks nothing (``LIFECYCLE.md``, "Leases");
 - gone (Redis lost it): the task runs on and finishes; the row is the truth. Its tenant slot,
-  lost with it, is taken again (``Streams.renew``), so the gate still counts the task against
-  its tenant's cap; its ack ends that slot. The reconciler asks for a renewal at once when it
-  finds the limits mirror gone (the sign of such a loss), before it copies the limits that
-  let the gate admit again.
+  lost with it, is taken again by the next renewal that finds it gone still (``Streams.renew``),
+  so the gate still counts the task against its tenant's cap; its ack ends that slot. The
+  reconciler asks for those renewals at once (:meth:`LeaseKeeper.renew_for_a_loss`) when it
+  finds the limits mirror gone (the sign of such a loss), before it copies the limits that let
+  the gate admit again.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ class LeaseKeeper:
         self._gone_once: set[tuple[str, str]] = set()  # found gone by the last renewal
         self._gone_seen: set[tuple[str, str]] = set()  # reported once each
         self._renewals = self._renewed = self._taken = self._gone = self._failed = 0
+        self._lock = trio.Lock()  # the keeper's loop and the reconciler's renew_for_a_loss
 
     @classmethod
     def interval_for(cls, redelivery_timeout_s: float) -> float:
@@ -76,17 +78,34 @@ class LeaseKeeper:
             await trio.sleep(self.interval_s)
             await self.renew_once()
 
+    async def renew_for_a_loss(self) -> None:
+        """Redis may have lost its data (the limits mirror's mark is gone, and a copy of the
+        limits is about to let the gate admit): renew now, and once more at once if entries of
+        running tasks were found gone, so that those take their slots again first."""
+        verdict = await self.renew_once()
+        running = {run.claimed.entry.key for run in self.book.running.values()}
+        if any(result == GONE and key in running for key, result in verdict.items()):
+            await self.renew_once()
+
     async def renew_once(self) -> dict[tuple[str, str], int]:
         """One renewal of every entry held now; returns entry → result (empty on failure)."""
+        async with self._lock:
+            return await self._renew_once()
+
+    async def _renew_once(self) -> dict[tuple[str, str], int]:
         keys = sorted(self.book.entries)
         if not keys:
             self._gone_once.clear()
             self._gone_seen.clear()
             return {}
-        running = {  # a task running here keeps its tenant slot if Redis loses its entry
+        # A task running here whose entry the last renewal found gone already, and this one
+        # may too: Redis lost the entry, and its tenant slot with it; the renewal takes the
+        # slot again. Found gone once only, it may be an entry acked while that call ran (the
+        # run had left: an ack follows the run's end), so no slot is taken for it.
+        running = {
             run.claimed.entry.key: run.claimed.entry.tenant
             for run in self.book.running.values()
-            if run.claimed.entry.tenant
+            if run.claimed.entry.tenant and run.claimed.entry.key in self._gone_once
         }
         try:
             results = await self.limiters.redis(self.streams.renew, self.consumer, keys, running)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from db.gate import Gate
-from db.streams import AckItem
+from db.streams import AckItem, Streams, connect
 from tests.conftest import _delete_prefix
 from tests.lifecycle import rule
+from tests.procs import PrivateRedis
 
 
 def _read(rclient, keys, consumer, stream=None, free=10):
@@ -178,3 +179,38 @@ def test_an_ack_in_a_group_redis_lost_acks_the_others_of_its_call(streams, rclie
     ]
     assert streams.ack("c1", items) == [False, True]
     assert rclient.xpending(keys.queue(0), keys.group)["pending"] == 0
+
+
+def test_an_entry_acked_while_a_renewal_of_it_waited_takes_no_slot(streams, rclient, keys):
+    """The renewal's list was made while the task ran; the ordinary ack came first. The
+    executor asks to take a slot again only for an entry found gone twice (LeaseKeeper), but
+    the script itself must not take one for an entry whose ack came and went either way."""
+    streams.publish_many([{"id": "a", "priority": 0, "tenant_id": "t1"}])
+    [(stream, eid, _)] = _read(rclient, keys, "c1", keys.queue(0))
+    assert rclient.zcard(keys.running("t1")) == 1
+    assert streams.ack("c1", [AckItem(stream, eid, "a", tenant="t1")]) == [True]
+    assert rclient.zcard(keys.running("t1")) == 0
+    assert streams.renew("c1", [(stream, eid)]) == [-1]  # what the keeper sends for a first sighting
+    assert rclient.zcard(keys.running("t1")) == 0
+
+
+def test_a_full_redis_still_renews_and_acks_beside_a_lost_entry(keys, tmp_path):
+    """Under maxmemory Redis refuses a script's first write that may grow memory: the lost
+    entry's slot work must not be that first write, or the whole call fails. (A Redis of the
+    test's own: the shared one serves other tests meanwhile.)"""
+    with PrivateRedis(tmp_path) as server:
+        rclient = connect(server.url)
+        streams = Streams(rclient, keys)
+        streams.ensure_group()
+        streams.publish_many([{"id": t, "priority": 0, "tenant_id": "t1"} for t in ("a", "b")])
+        [(stream, ea, _), (_, eb, _)] = _read(rclient, keys, "c1", keys.queue(0))
+        lost = "1-1"  # sorts first: a gone entry whose task runs here
+        rclient.config_set("maxmemory", "1")
+        assert streams.renew("c1", [(stream, lost), (stream, ea)], {(stream, lost): "t1"}) == [-1, 1]
+        items = [AckItem(stream, lost, "x", tenant="t1"), AckItem(stream, ea, "a", tenant="t1")]
+        assert streams.ack("c1", items) == [False, True]
+        msg = {"id": "b", "priority": 0, "tenant_id": "t1"}
+        assert streams.hand_back("c1", stream, lost, msg, "t1") is None
+        rclient.config_set("maxmemory", "0")
+        assert rclient.xpending(stream, keys.group)["pending"] == 1  # b, still ours
+        rclient.close()
