@@ -12,7 +12,7 @@ from typing import Any
 import trio
 
 from db.models import DONE, FAILED
-from executor.book import STOP_CANCELLED, STOP_HANDBACK, Book, Running
+from executor.book import STOP_CANCELLED, STOP_HANDBACK, STOP_LOST, Book, Running
 from executor.context import ExecutorEnv, TaskContext, TaskResult
 from executor.finisher import CANCEL, HANDBACK, LOST, Finisher, Outcome
 from executor.metrics import NO_METRICS
@@ -177,7 +177,7 @@ class Runner:
                 raise cancelled from None  # an outer cancellation (a hard stop) goes on
             finally:
                 self.metrics.task_left_slot(claimed.task_type)
-            if run.scope.cancel_called:  # (past the deadline, reading this cancels the scope)
+            if run.stop_reason in (STOP_CANCELLED, STOP_LOST):
                 self._returned_when_stopped(run)
                 return None
             return self._done(run, result, began)
@@ -216,12 +216,15 @@ class Runner:
         )
 
     def _returned_when_stopped(self, run: Running) -> None:
-        """The run's scope was cancelled and the handler returned all the same: it caught the
-        cancellation (a broad ``except BaseException``), or ended between its last checkpoint
-        and the deadline. Its return does not say the work was done: the stop decides."""
-        log.warning(
+        """The handler returned after its run was cancelled by the user or lost its task: that
+        stop decides, whatever the handler made of it (its row is cancelled, or no longer this
+        run's). After a hand-back request or the deadline, a return stands: the handler's last
+        step may not be cancellable (the parse handler's chunk store in a thread), and its work
+        is done; a handler must not swallow ``trio.Cancelled`` (trio's rule), or what it
+        returns is written done."""
+        log.info(
             "task returned after being stopped (%s): the stop decides its outcome",
-            run.stop_reason or "timed out",
+            run.stop_reason,
             extra=run.claimed.log_extra(),
         )
 

@@ -1,13 +1,17 @@
 """A run whose scope is cancelled (a stop, a cancel, the deadline) ends as that stop says even
 when its handler turns the cancellation into an error of its own (a clean-up that fails), or
-swallows it and returns: a hand-back stays a hand-back, a timeout a timeout, a cancel a cancel."""
+swallows it and returns after a user's cancel: a hand-back stays a hand-back, a timeout a
+timeout, a cancel a cancel. A handler that returns after a hand-back request or its deadline
+finished its work (a last step that cannot be cancelled): it is done."""
 
 from __future__ import annotations
+
+import time
 
 import trio
 
 from db.database import unit
-from db.models import CANCELLED, FAILED, QUEUED, RUNNING, Task
+from db.models import CANCELLED, DONE, FAILED, QUEUED, RUNNING, Task
 from executor.context import TaskContext, TaskResult
 from tests.executor.support import enqueue, row, running_daemon, task_spec
 from tests.helpers import await_until
@@ -48,7 +52,8 @@ async def swallows_cancel(ctx: TaskContext) -> TaskResult:
 def _settings(xsettings, **kw):
     extra = (
         f"{xsettings.extra_handlers},cleanup_raises={__name__}:cleanup_raises,"
-        f"child_cleanup_raises={__name__}:child_cleanup_raises,swallows_cancel={__name__}:swallows_cancel"
+        f"child_cleanup_raises={__name__}:child_cleanup_raises,swallows_cancel={__name__}:swallows_cancel,"
+        f"finishes_in_a_thread={__name__}:finishes_in_a_thread"
     )
     return xsettings.replace(extra_handlers=extra, **kw)
 
@@ -116,22 +121,39 @@ async def test_an_error_beside_a_cancellation_in_a_handler_s_nursery_ends_the_ta
     rclient.delete(keys.published(tid))
 
 
-async def test_a_handler_that_swallows_its_cancellation_is_not_written_done(
+async def test_a_handler_cancelled_by_the_user_stays_cancelled_when_it_swallows_the_cancellation(
     xsettings, streams, rclient, keys, db
 ):
-    """Its return says nothing about the work: the stop decides, as when it raises."""
+    """What it returns says nothing about the work: the user's cancel decides."""
     (tid,) = enqueue(streams, [task_spec("swallows_cancel")])
+    async with running_daemon(_settings(xsettings)) as daemon:
+        await await_until(lambda: row(tid)["status"] == RUNNING, 10)
+        with unit():
+            Task.update(status=CANCELLED, progress=-1.0).where(Task.id == tid).execute()
+        rclient.set(keys.cancel(tid), "1", ex=60)
+        await await_until(lambda: daemon.statistics().cancelled == 1 and rclient.xlen(keys.queue(0)) == 0, 5)
+        assert daemon.counters.done == 0
+    assert row(tid)["status"] == CANCELLED
+
+
+async def finishes_in_a_thread(ctx: TaskContext) -> TaskResult:
+    """A last step that cannot be cancelled (the parse handler's chunk store in a thread)."""
+    await trio.to_thread.run_sync(time.sleep, float(ctx.message.get("seconds", 1.0)))
+    return TaskResult(message="stored")
+
+
+async def test_work_finished_by_a_last_step_past_the_deadline_or_a_stop_is_written_done(
+    xsettings, streams, rclient, keys, db
+):
+    """The deadline, or a stop's grace, ran out while the step that completes the work ran:
+    the work is done, so the task is done (not failed, not run again from scratch)."""
+    (tid,) = enqueue(streams, [task_spec("finishes_in_a_thread", seconds=1.0)])
     async with running_daemon(_settings(xsettings, task_timeout_s=0.5)) as daemon:
-        await await_until(lambda: row(tid)["status"] == FAILED, 10)
-        await await_until(lambda: rclient.xlen(keys.queue(0)) == 0, 5)
-        assert daemon.counters.timed_out == 1 and daemon.counters.done == 0
-    assert "timed out after 0.5 s" in row(tid)["progress_msg"]
-    (tid,) = enqueue(streams, [task_spec("swallows_cancel")])
+        await await_until(lambda: row(tid)["status"] == DONE, 10)
+        assert daemon.counters.timed_out == 0
+    (tid,) = enqueue(streams, [task_spec("finishes_in_a_thread", seconds=1.0)])
     async with running_daemon(_settings(xsettings, shutdown_grace_s=0.3)) as daemon:
         await await_until(lambda: row(tid)["status"] == RUNNING, 10)
     r = row(tid)
-    assert r["status"] == QUEUED and r["handback_count"] == 1, r["progress_msg"]
-    assert daemon.counters.handed_back == 1 and daemon.counters.done == 0
-    for stream in (keys.queue(0), keys.backlog(0, "default")):  # nobody reads it here
-        rclient.xtrim(stream, maxlen=0)
-    rclient.delete(keys.published(tid))
+    assert r["status"] == DONE and r["handback_count"] == 0, r["progress_msg"]
+    assert daemon.counters.handed_back == 0
