@@ -298,8 +298,9 @@ def remove_kb(settings: Settings, kb_name: str, *, tenant_id: str = "default") -
 
     In batches of ``BATCH`` documents, each its own transaction (knowledge base row locked
     first, as submits lock it) followed by its bytes and cancels; the last transaction removes
-    what belongs to no document and the knowledge base's row. Stopped half way, the knowledge
-    base stands with the documents not yet removed, each whole: ``rm --kb`` again finishes."""
+    what belongs to no document, then its vectors go from the engine, then its row. Stopped
+    half way (or refused by the engine), the knowledge base stands with the documents not yet
+    removed, each whole: ``rm --kb`` again finishes."""
     init_database(settings.db_url)
     vectors.use(settings)
     kb = ids.kb_id(tenant_id, kb_name)
@@ -324,14 +325,22 @@ def remove_kb(settings: Settings, kb_name: str, *, tenant_id: str = "default") -
             part, locations = _remove_docs(batch, kb_id=None if batch else kb)
             if batch:
                 refresh_kb_counts([kb])
-            else:
-                KnowledgeBase.delete().where(KnowledgeBase.id == kb).execute()
-        _after_remove(settings, part, locations, part.cancelled)
+        _after_remove(settings, part, locations, part.cancelled, forget=bool(batch))
         doc_ids += part.doc_ids
         cancelled += part.cancelled
         tasks, chunks = tasks + part.tasks_removed, chunks + part.chunks_removed
-        if not batch:
-            break
+        if batch:
+            continue
+        # Nothing of it is left but its row: its vectors go first. An engine that refuses
+        # raises here and the row stays, so ``rm --kb`` again finishes the removal (reindex and
+        # ``ingest status`` walk the rows: vectors of a row gone would be found by nothing).
+        vectors.forget(kb_id=kb)
+        with unit():
+            if not _lock_kb(kb):
+                break
+            if not Document.select().where(Document.kb_id == kb).exists():  # no submit meanwhile
+                KnowledgeBase.delete().where(KnowledgeBase.id == kb).execute()
+                break
     return RemoveResult(
         kb_id=kb, doc_ids=doc_ids, tasks_removed=tasks, chunks_removed=chunks, cancelled=cancelled
     )
@@ -377,11 +386,18 @@ def _remove_docs(doc_ids: list[str], *, kb_id: str | None) -> tuple[RemoveResult
 
 
 def _after_remove(
-    settings: Settings, result: RemoveResult, locations: list[str], cancelled: list[str]
+    settings: Settings,
+    result: RemoveResult,
+    locations: list[str],
+    cancelled: list[str],
+    *,
+    forget: bool = True,
 ) -> None:
-    """After the rows' commit: the engine's vectors (an engine that refuses keeps them for
-    ``ingest reindex``, logged: the rows are the record), the bytes, the cancel keys."""
-    vectors.forget_or_log(doc_ids=result.doc_ids, kb_id=result.kb_id, what="removed documents'")
+    """After the rows' commit: the engine's vectors (``forget``; an engine that refuses keeps
+    them for ``ingest reindex`` of their knowledge base, logged: the rows are the record), the
+    bytes, the cancel keys."""
+    if forget:
+        vectors.forget_or_log(doc_ids=result.doc_ids, kb_id=result.kb_id, what="removed documents'")
     storage = open_storage(settings.storage_url)
     for location in locations:
         storage.delete(location)
