@@ -314,6 +314,16 @@ _WATCHDOGS: dict[Path, _Watchdog] = {}
 _WATCHDOGS_LOCK = threading.Lock()
 
 
+def _no_watchdogs_in_a_child() -> None:
+    """A forked child has none of its parent's threads: its first hold starts its own."""
+    global _WATCHDOGS_LOCK
+    _WATCHDOGS.clear()
+    _WATCHDOGS_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_no_watchdogs_in_a_child)
+
+
 class Hold:
     """One attachment of this process to the embedded server under ``home`` for as long as it is
     open, with the process's watchdog (started with its first hold, every ``watch_s`` (0: none),
@@ -347,12 +357,13 @@ class Hold:
         dog = None
         if self.watch_s > 0:
             with _WATCHDOGS_LOCK:
-                dog = _WATCHDOGS[self.server.home]
-                dog.users -= 1
-                if dog.users == 0:
-                    del _WATCHDOGS[self.server.home]
-                else:
-                    dog = None
+                dog = _WATCHDOGS.get(self.server.home)  # None: a hold a forked child inherited
+                if dog is not None:
+                    dog.users -= 1
+                    if dog.users == 0:
+                        del _WATCHDOGS[self.server.home]
+                    else:
+                        dog = None
         if dog is not None:
             dog.stop.set()
             dog.thread.join()

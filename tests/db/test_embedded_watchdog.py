@@ -86,3 +86,26 @@ def test_a_client_keeps_the_server_up_while_it_is_open(own_home):
         assert first.submit_tasks([{"task_type": "noop"}])  # the client goes on with the new one
     assert not server.answers() and servers_on(own_home) == []
     assert not [t for t in threading.enumerate() if t.name == "embedded-redis-watchdog"]
+
+
+def test_a_forked_child_starts_a_watchdog_of_its_own(own_home):
+    """A worker forked while its parent held the server (a pre-fork web server's Client): the
+    child's own hold watches the server, though the parent's watchdog thread did not follow."""
+    server = EmbeddedRedis(own_home)
+    with held(embedded_url(own_home), own_home):
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child
+            code = 1
+            try:
+                with held(embedded_url(own_home), own_home):
+                    dogs = [t for t in threading.enumerate() if t.name == "embedded-redis-watchdog"]
+                    code = 0 if len(dogs) == 1 and dogs[0].is_alive() else 2
+            finally:
+                os.write(write, bytes([code]))
+                os._exit(code)
+        os.close(write)
+        assert os.read(read, 1) == b"\x00"
+        os.waitpid(pid, 0)
+        assert server.answers()  # the parent still holds it
+    assert not server.answers()
