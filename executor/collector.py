@@ -396,7 +396,11 @@ class Collector:
         out = self._dispatch(free)
         if not out and not self.stopping:
             self.reader.xread({self.keys.notify: self._last_wake}, count=1, block=BLOCK_MS_MAX)
-            if not self.stopping:
+            # A sweep or an orphan check may have taken slots while this read waited (an idle
+            # executor always waits here): the slots free now, not when the hop began. (One
+            # int read from the book, which the trio thread writes: a GIL-atomic read.)
+            free = min(free, self.book.free)
+            if free > 0 and not self.stopping:
                 out = self._dispatch(free)
         self.reads += 1
         return out
