@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import trio
 
 from db.database import unit
@@ -67,3 +69,31 @@ async def test_hole1_a_stale_cancel_key_never_cancels_a_later_attempt(xsettings,
         streams.publish_many([{"id": tid, "task_type": "sleep", "priority": 0}])  # the reconciler's publish
         await await_until(lambda: row(tid)["status"] == "done", 10)
     assert row(tid)["attempt"] == 2 and rclient.exists(keys.cancel(tid))  # the old key lived on, harmless
+
+
+async def test_a_slow_row_check_does_not_hold_up_a_cancel_that_comes_by_its_key(
+    xsettings, streams, rclient, keys, db, monkeypatch
+):
+    """The rows' read hangs (a pooled connection waiting out its read timeout after a
+    failover, every database slot busy): the cancel keys are still read every half second."""
+    from executor import cancel
+
+    slow = threading.Event()
+
+    def hanging_read_rows(ids):
+        slow.wait(30)
+        return {}
+
+    monkeypatch.setattr(cancel, "read_rows", hanging_read_rows)
+    (tid,) = enqueue(streams, [task_spec("hang")])
+    try:
+        async with running_daemon(xsettings) as daemon:
+            await await_until(lambda: daemon.statistics().running == 1, 10)
+            await trio.sleep(cancel.ROW_CHECK_S + 0.5)  # a row check has begun, and hangs
+            rclient.set(keys.cancel(tid), "1", ex=60)
+            began = trio.current_time()
+            await await_until(lambda: daemon.statistics().running == 0, 5)
+            assert trio.current_time() - began < 2.0
+            slow.set()
+    finally:
+        slow.set()
