@@ -30,6 +30,7 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -86,7 +87,9 @@ class RedisProbe:
 
 
 class DatabaseProbe:
-    """``SELECT 1`` on a connection of the probe's own, opened again after any failure."""
+    """A read on a connection of the probe's own, opened again after any failure: ``SELECT 1``
+    on MySQL; on SQLite, the schema's row count (``SELECT 1`` reads no file), on a connection
+    that may not create the file (a path that lost its database is not made a new, empty one)."""
 
     def __init__(self, url: str) -> None:
         self.url = DbUrl.parse(url)
@@ -95,7 +98,8 @@ class DatabaseProbe:
     def _connect(self) -> Any:
         u = self.url
         if u.kind == "sqlite":
-            return sqlite3.connect(u.name, timeout=DEADLINE_S, check_same_thread=False)
+            uri = f"file:{urllib.parse.quote(u.name)}?mode=rw"
+            return sqlite3.connect(uri, uri=True, timeout=DEADLINE_S, check_same_thread=False)
         import pymysql
 
         return pymysql.connect(
@@ -114,7 +118,7 @@ class DatabaseProbe:
             if self.conn is None:
                 self.conn = self._connect()
             cur = self.conn.cursor()
-            cur.execute("SELECT 1")
+            cur.execute("SELECT count(*) FROM sqlite_master" if self.url.kind == "sqlite" else "SELECT 1")
             cur.fetchall()
             cur.close()
         except Exception:

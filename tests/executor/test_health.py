@@ -4,7 +4,10 @@ drains; 200 again once each comes back. ``ingest fleet`` shows the same verdict.
 
 from __future__ import annotations
 
+import sqlite3
+
 import orjson
+import pytest
 import trio
 
 from db.database import DbUrl
@@ -98,3 +101,24 @@ async def test_503_while_the_event_loop_is_blocked_and_while_draining(xsettings,
         daemon.request_stop()
         body = await trio.to_thread.run_sync(wait_health, port, 503, "draining", 5)
         assert body["draining"] is True
+
+
+def test_the_sqlite_probe_reads_the_file_and_never_creates_one(tmp_path):
+    """``SELECT 1`` answers without the file: the probe reads the schema, and a path that lost
+    its database (a volume not mounted) is an error, not a new empty database."""
+    from executor.health import DatabaseProbe
+
+    missing = tmp_path / "gone" / "ingest.db"
+    probe = DatabaseProbe(f"sqlite:///{missing}")
+    with pytest.raises(sqlite3.OperationalError):
+        probe.ping()
+    assert not missing.exists()
+    path = tmp_path / "ingest.db"
+    sqlite3.connect(path).execute("CREATE TABLE t (x)").connection.close()
+    probe = DatabaseProbe(f"sqlite:///{path}")
+    probe.ping()
+    path.write_bytes(b"not a database, a file overwritten" * 200)
+    probe.close()
+    with pytest.raises(sqlite3.DatabaseError):
+        probe.ping()
+    probe.close()
