@@ -327,7 +327,11 @@ def _bury_rows(items: list[tuple[Entry, dict[str, Any], str]], rows: dict[str, A
             )
             .execute()
         )
-        outcome = result_record(row, DEAD, error=reason, finished_at=now) if buried else None
+        if not buried:  # the row moved on since it was read (its owner finished it, or a new
+            # attempt began): nothing of this task died; the entry goes (its owner's ack cannot)
+            plan.ack(entry, row["id"], f"not buried ({reason}): its row moved on", {})
+            continue
+        outcome = result_record(row, DEAD, error=reason, finished_at=now)
         deliveries = max(entry.deliveries, int(row.get("handback_count") or 0))
         plan.dead(entry, row["id"], reason, deliveries, outcome)
     recompute_documents(doc_ids)

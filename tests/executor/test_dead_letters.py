@@ -78,3 +78,25 @@ def test_any_input_is_either_a_message_of_the_contract_or_bad(raw):
 def test_near_misses_are_bad(raw):
     with pytest.raises(BadMessage):
         parse_message(raw)
+
+
+def test_a_row_that_finished_while_its_entry_was_buried_gets_no_dead_letter(streams, db):
+    """A sweep takes an entry past the delivery cap and reads its row running under its old
+    owner; that owner commits ``done`` before the bury's UPDATE. The fenced UPDATE changes
+    nothing: the entry is acked (its owner's own ack can no longer), with no dead letter for a
+    task that finished."""
+    from db.database import unit
+    from db.models import Task
+    from db.streams import Entry
+    from executor.claim import ClaimPlan, _bury
+
+    (tid,) = enqueue(streams, [task_spec("noop")], publish=False)
+    seen = row(tid) | {"status": "running", "attempt": 1}
+    with unit():
+        Task.update(status=DONE, progress=1.0, attempt=1).where(Task.id == tid).execute()
+    entry = Entry("s", "1-1", json.dumps({"id": tid}), deliveries=4, reclaimed=True)
+    plan = ClaimPlan()
+    with unit():
+        _bury([(entry, {"id": tid}, "gave up after 4 deliveries")], {tid: (seen, None, None)}, plan)
+    assert [(a.entry_id, a.dead_reason) for a in plan.acks] == [("1-1", "")]
+    assert row(tid)["status"] == DONE
