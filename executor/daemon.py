@@ -130,7 +130,7 @@ class Daemon:
             self._grace.deadline = min(
                 self._grace.deadline, trio.current_time() + self.settings.shutdown_grace_s
             )
-        self._voluntary = False
+        self._voluntary = self.health.recycling = False
         self._stop.set()
         if hurry:
             self._hurry = True
@@ -398,6 +398,7 @@ class Daemon:
 
     # -- shutdown ----------------------------------------------------------------------------------
     async def _shutdown(self, collected: trio.Event) -> None:
+        self.health.recycling = self._voluntary
         self.draining = self.health.draining = True
         grace = self.settings.task_timeout_s if self._voluntary else self.settings.shutdown_grace_s
         log.info(

@@ -8,7 +8,10 @@ otherwise 503 with the reasons in the body:
 - Redis answered ``PING`` and the database answered ``SELECT 1`` within :data:`DEADLINE_S`, on
   the latest probe (each service is probed about every second by a thread of its own, on a
   connection of its own; the endpoint only reads the cached results, so it is cheap);
-- the executor is not draining.
+- the executor is not draining for a stop (SIGTERM). A recycle's drain (``recycling``: its
+  running tasks finish, however long, then the process starts again) is a warning, not a 503:
+  the container's health check would have the whole container replaced, handing back the long
+  tasks the recycle lets finish.
 
 The ``serving`` check says what this executor's own ports could not serve: connections shed at
 the cap or cut for being slow (:mod:`executor.serving`), per port, and the process's thread
@@ -143,6 +146,7 @@ class Health:
     def __init__(self, consumer: str, settings: Settings) -> None:
         self.consumer = consumer
         self.draining = False
+        self.recycling = False  # the drain is a recycle's: a warning, not a reason
         self.loop_tick = time.monotonic()
         self.probes = {"redis": ProbeState(), "database": ProbeState()}
         self._probes: dict[str, Any] = {
@@ -210,14 +214,17 @@ class Health:
             checks[service] = {"ok": ok, "latency_ms": state.latency_ms, **({"error": why} if why else {})}
             if not ok:
                 reasons.append(why)
-        if self.draining:
-            reasons.append("draining")
         checks["serving"], warnings = self._serving()
+        if self.draining and self.recycling:
+            warnings.append("recycling: running tasks finish, then the process starts again")
+        elif self.draining:
+            reasons.append("draining")
         healthy = not reasons
         body = {
             "status": "ok" if healthy else "unhealthy",
             "executor": self.consumer,
             "draining": self.draining,
+            "recycling": self.draining and self.recycling,
             "checks": checks,
             "reasons": reasons,
             "warnings": warnings,

@@ -16,7 +16,7 @@ from executor import health as health_module
 from ingest.status import fleet
 from tests.executor.support import enqueue, row, running_daemon, task_spec
 from tests.helpers import await_until, wait_until
-from tests.observe import TASK_TYPES, TcpProxy, wait_health
+from tests.observe import TASK_TYPES, TcpProxy, health, wait_health
 from tests.procs import ExecutorProcess, PrivateRedis, free_port
 
 
@@ -98,9 +98,14 @@ async def test_503_while_the_event_loop_is_blocked_and_while_draining(xsettings,
 
         (tid,) = enqueue(streams, [task_spec("sleep", seconds=1.5)])
         await await_until(lambda: row(tid)["status"] == RUNNING, 10)
-        daemon.request_stop()
+        daemon.request_stop(voluntary=True)  # a recycle: its task finishes, however long
+        await trio.sleep(0.3)
+        status, body = await trio.to_thread.run_sync(health, port)
+        assert status == 200 and body["draining"] is True and body["recycling"] is True, body
+        assert any("recycling" in w for w in body["warnings"])
+        daemon.request_stop()  # then a SIGTERM: a stop's drain
         body = await trio.to_thread.run_sync(wait_health, port, 503, "draining", 5)
-        assert body["draining"] is True
+        assert body["draining"] is True and body["recycling"] is False
 
 
 def test_the_sqlite_probe_reads_the_file_and_never_creates_one(tmp_path):
