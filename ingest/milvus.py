@@ -42,7 +42,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -324,6 +324,34 @@ class MilvusStore:
             return [str(r["id"]) for r in rows]
 
         return self._call(work)
+
+    def chunk_id_pages(self, kb: KbRef, page: int = 1000) -> Iterator[list[str]]:
+        """Every chunk id the engine holds for the knowledge base, a page at a time (reindex's
+        sweep of ids with no row). Each page is its own call: a failure raises
+        :class:`VectorStoreUnavailable` as any call does."""
+        opened = self._call(lambda client: self._id_iterator(client, kb, page))
+        if opened is None:
+            return
+        try:
+            while True:
+                ids = self._call(lambda _client: [str(r["id"]) for r in opened.next()])
+                if not ids:
+                    return
+                yield ids
+        finally:
+            with contextlib.suppress(Exception):
+                opened.close()
+
+    def _id_iterator(self, client: Any, kb: KbRef, page: int) -> Any:
+        name = self._collection(client, kb.dim, kb.model, create=False)
+        if name is None:
+            return None
+        return client.query_iterator(
+            name,
+            batch_size=page,
+            filter=f"kb_id == {literal(kb.kb_id)}",
+            output_fields=["id"],
+        )
 
     def close(self) -> None:
         with self._lock:

@@ -1,8 +1,10 @@
 """Rebuilding a vector engine from the chunk rows, and telling when it has lost them.
 
-``ingest reindex [--kb NAME]`` removes the knowledge bases' vectors from the bound engine and
-upserts every chunk row that has a vector again, in keyset blocks of the ``(kb_id, id)`` index;
-the rows hold the vectors, so nothing is embedded again. Writes that executors make meanwhile
+``ingest reindex [--kb NAME]`` upserts every chunk row that has a vector into the bound engine
+again, in keyset blocks of the ``(kb_id, id)`` index (the rows hold the vectors, so nothing is
+embedded again), then removes the engine's ids of the knowledge base that have no row. Searches
+go on answering throughout, and a reindex stopped half way (Ctrl-C, the engine away) loses
+nothing: run it again. Writes that executors make meanwhile
 are upserts of the same kind: run it when the fleet is quiet, or again after.
 ``ingest status`` compares each knowledge base's rows with the engine's count
 (:func:`engine_counts`): an engine that lost its file, or was never filled, shows there.
@@ -81,8 +83,12 @@ def reindex(
         if store.exact:
             done.append(KbCount(kb.id, kb.name, kb.tenant_id, total, total))
             continue
-        store.delete(kb_id=kb.id)
+        pages = getattr(store, "chunk_id_pages", None)
+        if pages is None:  # an engine that cannot list its ids: emptied first
+            store.delete(kb_id=kb.id)
         written = _copy(store, kb, total, on_progress)
+        if pages is not None:
+            _drop_strays(store, kb, pages)
         flush = getattr(store, "flush", None)
         if flush is not None:
             flush()  # the bulk load into indexed segments
@@ -114,6 +120,26 @@ def _copy(
         written += len(good)
         if on_progress:
             on_progress(kb.name, written, total)
+
+
+def _drop_strays(store: vectors.VectorStore, kb: KnowledgeBase, pages: Any) -> int:
+    """After the copy (the engine answered searches all along): remove the engine's ids of the
+    knowledge base that have no chunk row with a vector (rows removed while the engine was
+    away). Returns how many."""
+    removed = 0
+    for ids in pages(_ref(kb)):  # pages by primary key: removing ids already passed is safe
+        with connection():
+            kept = {
+                cid
+                for (cid,) in ChunkRow.select(ChunkRow.id)
+                .where((ChunkRow.kb_id == kb.id) & ChunkRow.id.in_(ids) & ChunkRow.vector.is_null(False))
+                .tuples()
+            }
+        strays = [cid for cid in ids if cid not in kept]
+        if strays:
+            store.delete(ids=strays)
+            removed += len(strays)
+    return removed
 
 
 def engine_counts(settings: Settings) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from ingest.chunking import Chunk
 from ingest.cli import main
 from ingest.control import remove_document, remove_kb
 from ingest.documents import lock_documents, recompute_documents
-from ingest.milvus import lite_path
+from ingest.milvus import VectorStoreUnavailable, lite_path
 from ingest.reindex import engine_counts, reindex, row_count
 from ingest.search import search
 from ingest.store import delete_task_chunks, record_embedding_model, store_chunks
@@ -342,5 +342,41 @@ def test_an_engine_that_refuses_a_scalar_index_type_gets_the_next(
         assert "no scalar index on" in caplog.text and "Trie" in caplog.text
         query = embedder.encode(["lava"])[0]
         assert [c for c, _ in store.search(kb, query, 1)] == [stored[0]]  # searches without it
+    finally:
+        vectors.close_all()
+
+
+def test_reindex_keeps_searches_answering_and_removes_the_engine_s_ids_without_rows(
+    settings,
+    embedder,  # noqa: F811 - the fixture imported above
+    tmp_path,
+    monkeypatch,
+):
+    """Reindex upserts first, then removes strays: a run the engine fails half way leaves the
+    engine as it was (searches unchanged), and a finished one leaves exactly the rows' ids."""
+    settings = settings.replace(vector_store=f"milvus:///{tmp_path}/vectors.db")
+    store = vectors.use(settings)
+    try:
+        _, _, kb = index(settings, embedder, "a.txt", b"Espresso is brewed at nine bars. " * 40)
+        ref = _kb_ref(kb["id"])
+        stray = vectors.VectorRow(
+            "f" * 32, "d" * 32, "t" * 32, embedder.encode(["a row removed meanwhile"])[0]
+        )
+        store.upsert(ref, [stray])
+        before = search(settings, "kb", "coffee brewing pressure", k=5)
+
+        def refuse(*args: object, **kw: object) -> None:
+            raise VectorStoreUnavailable("vector engine: connection refused")
+
+        with monkeypatch.context() as m:
+            m.setattr(store, "upsert", refuse)
+            with pytest.raises(VectorStoreUnavailable):
+                reindex(settings, "kb")
+        assert search(settings, "kb", "coffee brewing pressure", k=5) == before
+        done = reindex(settings, "kb")
+        rows = row_count(kb["id"])
+        assert [(c.rows, c.engine) for c in done] == [(rows, rows)]
+        assert "f" * 32 not in store.chunk_ids(ref)
+        assert search(settings, "kb", "coffee brewing pressure", k=5) == before
     finally:
         vectors.close_all()
