@@ -32,10 +32,14 @@ from executor.book import Claimed
 from executor.progress import append_line
 from ingest.documents import lock_documents, recompute_documents
 from ingest.errors import BadMessage
-from ingest.publish import task_message
+from ingest.publish import MAX_MESSAGE_CHARS, task_message
 from ingest.strikes import Rule, first_match
 
-MAX_MESSAGE_BYTES = 1 << 20  # a message larger than this is junk; its dead letter keeps the head
+# A message larger than any the producer makes is junk (it refuses a bigger payload: a task
+# whose message the executor refused would be dead-lettered without its id, its row left queued
+# and published again by every reconcile pass); a dead letter keeps the head of one.
+MAX_MESSAGE_BYTES = MAX_MESSAGE_CHARS  # characters: Redis replies are decoded
+MAX_DEAD_RAW_CHARS = 1 << 20
 MAX_ID_CHARS = 64
 DEFAULT_TASK_TYPE = "parse"
 
@@ -115,8 +119,8 @@ class ClaimPlan:
         once: bool = False,
     ) -> None:
         raw = entry.raw or ""
-        if len(raw) > MAX_MESSAGE_BYTES:
-            raw = raw[:MAX_MESSAGE_BYTES]
+        if len(raw) > MAX_DEAD_RAW_CHARS:
+            raw = raw[:MAX_DEAD_RAW_CHARS]
         item = AckItem(
             entry.stream, entry.entry_id, task_id, reason, raw, deliveries or entry.deliveries, outcome, once
         )
@@ -143,7 +147,7 @@ def parse_message(raw: str | None) -> dict[str, Any]:
     if raw is None:
         raise BadMessage("no message field")
     if len(raw) > MAX_MESSAGE_BYTES:
-        raise BadMessage(f"message too large ({len(raw)} bytes, at most {MAX_MESSAGE_BYTES})")
+        raise BadMessage(f"message too large ({len(raw)} characters, at most {MAX_MESSAGE_BYTES})")
     try:
         msg = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

@@ -48,7 +48,7 @@ from ingest.errors import IdInUse, NotFound, PublishError, SubmitBusy, TenantQue
 from ingest.lines import line
 from ingest.parser_config import DEFAULT_PARSER_CONFIG, document_config, new_kb_config
 from ingest.pdfpages import PageCounter
-from ingest.publish import announce_ends, publish_messages, task_message
+from ingest.publish import MAX_PAYLOAD_BYTES, announce_ends, publish_messages, task_message
 from ingest.reuse import apply_reuse
 from ingest.sources import Refusal, Source, read_sources, source_names
 from ingest.storage import Storage, location_for, open_storage
@@ -667,7 +667,6 @@ _TASK_COLUMNS = frozenset(
 
 # A task's own fields (its row's payload, re-sent in its message): a memory message of a
 # million characters fits; the database's packet (16 MiB by default) and Redis's memory bound it.
-MAX_PAYLOAD_BYTES = 8 << 20
 
 
 def enqueue_tasks(settings: Settings, tasks: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -23,6 +23,10 @@ from ingest.errors import PublishError
 
 CHUNK = 1000
 _BASE_FIELDS = ("id", "doc_id", "task_type", "priority", "kb_id", "tenant_id")
+MAX_PAYLOAD_BYTES = 8 << 20  # a task's payload as JSON, at most (the producer refuses more)
+# The largest message a task of the producer's makes: its payload's JSON (characters ≤ its UTF-8
+# bytes) and the contract's fields. The executor reads any message up to this (claim.parse_message).
+MAX_MESSAGE_CHARS = MAX_PAYLOAD_BYTES + (64 << 10)
 # The task row's columns :func:`task_message` reads: what a re-publish selects.
 MESSAGE_COLUMNS = (
     Task.id,

@@ -100,3 +100,21 @@ def test_a_row_that_finished_while_its_entry_was_buried_gets_no_dead_letter(stre
         _bury([(entry, {"id": tid}, "gave up after 4 deliveries")], {tid: (seen, None, None)}, plan)
     assert [(a.entry_id, a.dead_reason) for a in plan.acks] == [("1-1", "")]
     assert row(tid)["status"] == DONE
+
+
+def test_every_message_the_producer_makes_is_one_the_executor_reads(settings, db):
+    """A payload at the producer's limit (its JSON bytes), written as escapes take the most
+    characters (a memory message of quotes and newlines: 1.33 characters each): the message
+    the executor reads stays within what it accepts. It once refused them as "too large",
+    without their id, and the reconciler published the queued row again every pass."""
+    from ingest.memory import save_message
+    from ingest.producer import enqueue_tasks
+    from ingest.publish import MAX_PAYLOAD_BYTES, task_message
+
+    content = 'say "hi"\n' * 110_000  # 990,000 characters: under the memory message's cap
+    tid = save_message(settings, "m1", "user", content, source_id="s1")
+    msg = parse_message(json.dumps(task_message(row(tid))))
+    assert msg["id"] == tid
+    big = {"blob": "x" * (MAX_PAYLOAD_BYTES - 20)}
+    (tid,) = enqueue_tasks(settings, [{"task_type": "noop", "payload": big}])
+    assert parse_message(json.dumps(task_message(row(tid))))["id"] == tid
