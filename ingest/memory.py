@@ -95,6 +95,8 @@ def check_message(message: Mapping[str, Any]) -> MemoryItem:
     for name, value in (("position", position), ("saved_at_us", saved_at)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise PermanentError(f"message_dict {name} must be an integer, not {value!r}")
+        if value is not None and not -(2**63) <= value < 2**63:  # the column's BIGINT
+            raise PermanentError(f"message_dict {name} {value} is out of range (a signed 64-bit integer)")
     return MemoryItem(memory_id, source_id, role, content, position, saved_at)
 
 

@@ -19,7 +19,7 @@ from executor.handlers.memory import memory_task
 from ingest import ids
 from ingest.embedding import EmbeddingService
 from ingest.errors import TaskLost
-from ingest.memory import check_message
+from ingest.memory import check_message, save_message
 from ingest.memory import memory_task as memory_task_fields
 from tests.fixtures_docs import Progress, embedder  # noqa: F401 - the session's one model
 
@@ -145,3 +145,20 @@ async def test_a_cancelled_run_leaves_other_messages_of_the_memory_alone(setting
     cancel(row["id"])
     assert finish(row, CANCEL) == [CANCELLED]
     assert messages() == ["kept words"]
+
+
+@pytest.mark.parametrize("position", [2**63, -(2**63) - 1])
+def test_a_position_past_the_column_s_range_is_refused_at_the_save(settings, position):
+    """It would overflow the BIGINT column on the executor, after the task was queued."""
+    with pytest.raises(ValueError, match="out of range"):
+        save_message(settings, "m1", "user", "hello", source_id="s1", position=position)
+    assert (
+        check_message(
+            {
+                "memory_id": "m1",
+                "source_id": "s1",
+                "message_dict": {"role": "user", "content": "x", "position": 2**63 - 1},
+            }
+        ).position
+        == 2**63 - 1
+    )
