@@ -272,11 +272,17 @@ async def run_in_worker(
     budget = budget or DEFAULT_BUDGET
     ctx = await _context(budget.max_memory_mb, budget.nice)
     limit_s = budget.timeout_s * max(1, steps) + KILL_GRACE_S if budget.timeout_s > 0 else float("inf")
-    try:
-        with trio.move_on_after(limit_s):
-            return await ctx.run_sync(_guarded, budget, fn, *args, kill_on_cancel=True)  # type: ignore[no-any-return]  # trio_parallel is untyped: fn's result
-    except trio_parallel.BrokenWorkerError as exc:
-        raise BadDocument(_describe_broken(exc, budget)) from None
+    # The time budget starts once a worker is this job's: waiting for one (more tasks than
+    # cores) is not parsing. So the workers' limiter is taken here, before the clock starts, and
+    # run_sync is given a limiter of its own that never waits.
+    async with trio_parallel.current_default_worker_limiter():
+        try:
+            with trio.move_on_after(limit_s):
+                return await ctx.run_sync(  # type: ignore[no-any-return]  # trio_parallel is untyped
+                    _guarded, budget, fn, *args, kill_on_cancel=True, limiter=trio.CapacityLimiter(1)
+                )
+        except trio_parallel.BrokenWorkerError as exc:
+            raise BadDocument(_describe_broken(exc, budget)) from None
     raise BadDocument(budget.timeout_message())
 
 

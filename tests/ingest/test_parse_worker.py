@@ -85,3 +85,30 @@ async def test_parse_workers_run_at_the_budgets_niceness_so_the_encoder_keeps_it
     assert await run_in_worker(os.nice, 0, budget=WorkerBudget(nice=7)) == min(19, base + 7)
     assert await run_in_worker(os.nice, 0, budget=WorkerBudget(nice=0)) == base
     assert os.nice(0) == base  # the executor itself is never lowered
+
+
+async def test_waiting_for_a_free_worker_does_not_count_against_the_parse_timeout():
+    """More parses than workers (5 tasks a 2-core host by default): one that waited behind
+    others is given its whole time budget once it has a worker, not failed for good by time
+    it spent waiting."""
+    import trio_parallel
+
+    from ingest.worker import KILL_GRACE_S, WorkerBudget, run_in_worker
+
+    limiter = trio_parallel.current_default_worker_limiter()
+    total, limiter.total_tokens = limiter.total_tokens, 1
+    budget = WorkerBudget(timeout_s=1.0, max_memory_mb=0)
+    jobs = int((budget.timeout_s + KILL_GRACE_S) / 0.9) + 2  # the last waits past the old limit
+    done: list[float] = []
+    try:
+        async with trio.open_nursery() as nursery:
+            for _ in range(jobs):
+                nursery.start_soon(lambda: _sleep_in_worker(run_in_worker, budget, done))
+    finally:
+        limiter.total_tokens = total
+    assert len(done) == jobs
+
+
+async def _sleep_in_worker(run_in_worker, budget, done) -> None:
+    await run_in_worker(time.sleep, 0.9, budget=budget)
+    done.append(trio.current_time())
