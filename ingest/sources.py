@@ -103,6 +103,11 @@ def _check(origin: str, name: str, size: int, max_doc_bytes: int) -> Refusal | N
         return Refusal(origin, "has no name")
     if len(name) > MAX_NAME_CHARS:
         return Refusal(origin, f"name longer than {MAX_NAME_CHARS} characters")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # a file system name in another encoding (os.walk's surrogates)
+        printable = origin.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        return Refusal(printable, "name is not valid UTF-8 (rename the file)")
     if size == 0:
         return Refusal(origin, "is empty")
     if size > max_doc_bytes:

@@ -77,3 +77,17 @@ def test_cli_exits_0_when_nothing_was_refused(settings, tmp_path, capsys):
     assert main(["submit", str(tmp_path / "a.txt"), "--kb", "kb1", *cli_args(settings)]) == 0
     out, err = capsys.readouterr()
     assert "1 document(s), 1 task(s), 1 published" in out and err == ""
+
+
+def test_a_file_name_that_is_not_utf8_is_refused_by_name_and_the_rest_enqueued(settings, tmp_path, capsys):
+    """A Latin-1 name from another system (os.walk hands it over with surrogates): it failed
+    the whole submit with a traceback (the document id hashes the name as JSON)."""
+    (tmp_path / "ok.txt").write_text("fine")
+    with open(os.fsencode(tmp_path) + b"/caf\xe9.txt", "wb") as fh:
+        fh.write(b"latin-1 name")
+    result = submit_documents(settings, [tmp_path], "kb1")
+    assert [d.name for d in result.documents] == ["ok.txt"]
+    [(origin, why)] = result.refused
+    assert why == "name is not valid UTF-8 (rename the file)" and origin.endswith("caf\\xe9.txt")
+    assert main(["submit", str(tmp_path), "--kb", "kb2", *cli_args(settings)]) in (0, 1)
+    assert "caf\\xe9.txt" in capsys.readouterr().err
