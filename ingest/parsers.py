@@ -186,10 +186,27 @@ def _parse_text(data: bytes, from_page: int, to_page: int) -> list[Section]:
     return [Section(p) for p in _paragraphs(text)]
 
 
-_MD_COMMENT = re.compile(r"<!--.*?-->", re.S)
-_MD_IMAGE = re.compile(r"!\[([^\]]*)\]\([^)]*\)")
-_MD_LINK = re.compile(r"\[([^\]]+)\]\([^)]*\)")
+# Linear in the text, whatever it holds: no part may run past the next opener of its own kind
+# (``[^\]]*`` from every ``![`` of ``"![" * n`` scanned to the end: quadratic, minutes for a
+# megabyte, with the GIL held so the worker's own deadline could not fire). A link's target may
+# hold one level of parentheses (``…/Foo_(bar)``).
+_MD_IMAGE = re.compile(r"!\[([^\][]*)\]\((?:[^()]|\([^()]*\))*\)")
+_MD_LINK = re.compile(r"\[([^\][]+)\]\((?:[^()]|\([^()]*\))*\)")
 _MD_FRONT_MATTER = re.compile(r"\A---\n.*?\n---\n", re.S)
+
+
+def _strip_comments(text: str) -> str:
+    """``<!-- … -->`` removed, in one pass (an unclosed one, and what follows, stays)."""
+    parts: list[str] = []
+    at = 0
+    while (start := text.find("<!--", at)) >= 0:
+        end = text.find("-->", start + 4)
+        if end < 0:
+            break
+        parts.append(text[at:start])
+        at = end + 3
+    parts.append(text[at:])
+    return "".join(parts)
 
 
 def _parse_markdown(data: bytes, from_page: int, to_page: int) -> list[Section]:
@@ -198,7 +215,7 @@ def _parse_markdown(data: bytes, from_page: int, to_page: int) -> list[Section]:
     if not _owns_page_zero(from_page, to_page):
         return []
     text = _MD_FRONT_MATTER.sub("", text)
-    text = _MD_COMMENT.sub("", text)
+    text = _strip_comments(text)
     text = _MD_IMAGE.sub(r"\1", text)
     text = _MD_LINK.sub(r"\1", text)
     return [Section(p) for p in _paragraphs(text)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
@@ -39,6 +40,22 @@ def test_an_unknown_extension_with_text_content_reads_as_text():
 def test_markdown_keeps_headings_and_link_text_drops_comments_and_front_matter():
     data = b"---\ntitle: x\n---\n# Bees\n\nSee [the hive](http://x/hive) <!-- hidden -->now.\n"
     assert texts(parse_document(data, "md")) == ["# Bees", "See the hive now."]
+
+
+def test_markdown_link_targets_may_hold_parentheses_and_an_unclosed_comment_stays():
+    data = b"A [page](http://w/Foo_(bar)) and ![pic](p.png).\n\nend <!-- not closed"
+    assert texts(parse_document(data, "md")) == ["A page and pic.", "end <!-- not closed"]
+
+
+@pytest.mark.parametrize("opener", [b"<!--", b"![", b"[a](", b"![a]("])
+def test_markdown_of_a_megabyte_of_openers_parses_in_linear_time(opener):
+    """Each opener never closed: the old patterns scanned from every one to the end of the text
+    (quadratic: about 8 s for 40 KB, past the 900 s parse timeout for a megabyte, with the GIL
+    held so the worker's own deadline could not fire)."""
+    data = opener * (1_000_000 // len(opener))
+    began = time.process_time()
+    parse_document(data, "md")
+    assert time.process_time() - began < 5.0  # linear: about 0.1 s here; quadratic: hours
 
 
 def test_html_drops_script_style_and_navigation_and_keeps_blocks_apart():
