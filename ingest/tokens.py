@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 SPECIAL_TOKENS = 2  # [CLS] … [SEP]: the model's window holds this many besides the text
 _FALLBACK_TOKEN = re.compile(r"\w+|[^\w\s]", re.UNICODE)
+COUNT_BATCH_CHARS = 1 << 20  # characters a count_many batch encodes at once (~30 bytes each)
 
 
 @dataclass(frozen=True)
@@ -51,9 +52,24 @@ class TextTokenizer:
         return len(self._tok.encode(text, add_special_tokens=False).ids)
 
     def count_many(self, texts: list[str]) -> list[int]:
+        """Token counts, encoded in batches of at most :data:`COUNT_BATCH_CHARS` characters: an
+        encoding holds ~150 bytes a token, and ``tokenizers`` (Rust) aborts the process when an
+        allocation fails under the parse worker's memory cap, rather than raise MemoryError
+        (a whole 24 MB text in one batch did, under 700 MB)."""
         if self._tok is None:
             return [self.count(t) for t in texts]
-        return [len(e.ids) for e in self._tok.encode_batch(texts, add_special_tokens=False)]
+        counts: list[int] = []
+        batch: list[str] = []
+        size = 0
+        for text in texts:
+            if batch and size + len(text) > COUNT_BATCH_CHARS:
+                counts += [len(e.ids) for e in self._tok.encode_batch(batch, add_special_tokens=False)]
+                batch, size = [], 0
+            batch.append(text)
+            size += len(text)
+        if batch:
+            counts += [len(e.ids) for e in self._tok.encode_batch(batch, add_special_tokens=False)]
+        return counts
 
     def spans(self, text: str) -> list[TokenSpan]:
         """Each token's character span in ``text`` and its word index (cuts go between words)."""

@@ -153,3 +153,29 @@ def test_a_chunk_records_the_pages_it_spans(tokenizer):
     assert [(c.page, c.last_page) for c in alone] == [(2, 2)]
     unpaged = chunk_sections([Section("No pages in a text file.")], ChunkConfig(), tokenizer)
     assert [(c.page, c.last_page) for c in unpaged] == [(0, 0)]
+
+
+def test_token_counts_are_encoded_in_bounded_batches_and_agree_with_one_batch(tokenizer):
+    """An encoding holds ~150 bytes a token: a whole document in one batch made ``tokenizers``
+    (Rust) abort the parse worker under its memory cap ("killed by signal 6", 24 MB of text
+    under 700 MB), where the task should have been chunked or told it needs more memory."""
+    from ingest import tokens
+
+    texts = [f"piece {i} of a long document, with words enough to count. " * 40 for i in range(2_000)]
+    whole = [len(e.ids) for e in tokenizer._tok.encode_batch(texts, add_special_tokens=False)]
+    sizes: list[int] = []
+
+    class Recording:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def encode_batch(self, batch, **kw):
+            sizes.append(sum(len(t) for t in batch))
+            return self.inner.encode_batch(batch, **kw)
+
+    inner, tokenizer._tok = tokenizer._tok, Recording(tokenizer._tok)
+    try:
+        assert tokenizer.count_many(texts) == whole
+    finally:
+        tokenizer._tok = inner
+    assert len(sizes) > 1 and max(sizes) <= tokens.COUNT_BATCH_CHARS + len(texts[0])
