@@ -7,6 +7,7 @@ import random
 import time
 
 from db.keys import Keys
+from executor.claim import MAX_MESSAGE_BYTES
 from tests.helpers import wait_until
 from tests.reliability.support import (
     Fleet,
@@ -40,7 +41,7 @@ KINDS: list[tuple[str, dict[str, bytes | str], str]] = [
     ("no message field", {"payload": "x"}, "no message field"),
     ("not utf-8", {"message": b"\xff\xfe\x00{garbage"}, "not JSON"),
 ]
-HUGE = ("too large", {"message": "x" * (1 << 20 | 1)}, "message too large")
+HUGE = ("too large", {"message": "x" * (MAX_MESSAGE_BYTES + 1)}, "message too large")
 
 
 def test_malformed_messages_are_dead_lettered_with_their_reason_while_good_tasks_finish(
