@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import codecs
 import csv
+import functools
 import importlib
 import io
 import json
@@ -104,6 +105,8 @@ def parse_document(
     if kind in specs:
         module_name, _, attr = specs[kind].partition(":")
         parser: Parser = getattr(importlib.import_module(module_name), attr)
+    elif kind == "tsv":  # the CSV parser, tab-delimited
+        parser = functools.partial(_parse_csv, delimiter="\t")
     elif kind in DOC_TYPES:
         parser = PARSERS[DOC_TYPES[kind]]
     else:  # an unknown extension ("GPL-3", "notes.v2"): plain text if the content is text
@@ -115,8 +118,6 @@ def parse_document(
                 f"unsupported document type {kind!r} and not UTF-8 text (supported: {known})"
             ) from None
         parser = PARSERS["text"]
-    if kind == "tsv":
-        return _parse_csv(data, from_page, to_page, delimiter="\t")
     sections = parser(data, from_page, to_page)
     return [_storable(s) for s in sections if s.text.strip()]
 

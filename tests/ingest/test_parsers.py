@@ -10,7 +10,7 @@ import time
 import pytest
 
 from ingest.errors import BadDocument
-from ingest.parsers import NO_PAGE, parse_document, supported_types
+from ingest.parsers import NO_PAGE, parse_document, register_parser, supported_types, unregister_parser
 from scripts.make_samples import docx_bytes, pdf_bytes
 
 PAGES = [[f"Page {n} talks about topic number {n}.", f"A second paragraph on page {n}."] for n in range(1, 6)]
@@ -164,3 +164,13 @@ def test_content_that_is_not_its_format_is_a_bad_document_saying_why(data, doc_t
 
 def test_supported_types_cover_the_issue_formats():
     assert {"txt", "md", "html", "pdf", "docx", "csv", "json"} <= set(supported_types())
+
+
+def test_a_parser_registered_for_tsv_is_the_one_used():
+    register_parser("tsv", "tests.ingest.worker_probes:fail")  # it raises: it was the one called
+    try:
+        with pytest.raises(ZeroDivisionError):
+            parse_document(b"a\tb\n1\t2\n", "tsv")
+    finally:
+        unregister_parser("tsv")
+    assert texts(parse_document(b"a\tb\n1\t2\n", "tsv"))  # the built-in one again
