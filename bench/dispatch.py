@@ -228,23 +228,31 @@ def _drain_rate(ids: list[str]) -> float:
     return len(ids) / max((last - first) / 1000, 1e-3)
 
 
-def paced_latency(settings: Settings, n: int, rate: float, log: Path) -> dict[str, list[float]]:
-    """An idle executor, ``n`` tasks submitted one at a time at ``rate``/s. Two measures, each
-    task's latency in ms, sorted: ``returned`` from ``enqueue_tasks`` returning (rows committed,
-    message published) to the handler's first line, as issue 13 defines start latency; ``called``
-    from the call, so the producer's own insert, commit and publish are in it too (the figure
-    printed before). :func:`p50_p99` reads them."""
+def paced_run(
+    settings: Settings,
+    n: int,
+    rate: float,
+    log: Path,
+    extra_env: dict[str, str] | None = None,
+    module: str = "executor",
+) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """An idle executor (``python -m module``, consumer ``bench_1``), ``n`` stamp tasks submitted
+    one at a time at ``rate``/s and waited for, the executor stopped. Returns each task's wall
+    clock (ms) at the call, at its return and at its handler's first line: (called, returned,
+    first line)."""
     from ingest.producer import enqueue_tasks
 
-    keys = Keys(settings.key_prefix)
+    called: dict[str, float] = {}
+    returned: dict[str, float] = {}
+    proc = _start_executor(settings, "bench_1", log, extra_env, module)
     client = connect(settings)
-    proc = _start_executor(settings, "bench_1", log)
     try:
-        while not client.exists(keys.executor("bench_1")):
+        up_by = time.monotonic() + 60
+        while not client.exists(Keys(settings.key_prefix).executor("bench_1")):
+            if proc.poll() is not None or time.monotonic() > up_by:
+                raise SystemExit(f"the executor did not start: see {log}")
             time.sleep(0.05)
         time.sleep(0.5)
-        called: dict[str, float] = {}
-        returned: dict[str, float] = {}
         period = 1.0 / rate
         next_at = time.monotonic()
         task = [{"task_type": "stamp", "priority": 0, "doc_id": ""}]
@@ -256,15 +264,24 @@ def paced_latency(settings: Settings, n: int, rate: float, log: Path) -> dict[st
             returned[task_id], called[task_id] = time.time() * 1000, t0
         _wait_done(list(called), timeout_s=120)
     finally:
+        client.close()
         proc.terminate()
         proc.wait(timeout=60)
-        client.close()
     with unit():
         first = {
             t: r["first_line_ms"]
             for t, r in Task.select(Task.id, Task.result).where(Task.id.in_(list(called))).tuples()
         }
+    return called, returned, first
 
+
+def paced_latency(settings: Settings, n: int, rate: float, log: Path) -> dict[str, list[float]]:
+    """An idle executor, ``n`` tasks submitted one at a time at ``rate``/s. Two measures, each
+    task's latency in ms, sorted: ``returned`` from ``enqueue_tasks`` returning (rows committed,
+    message published) to the handler's first line, as issue 13 defines start latency; ``called``
+    from the call, so the producer's own insert, commit and publish are in it too (the figure
+    printed before). :func:`p50_p99` reads them."""
+    called, returned, first = paced_run(settings, n, rate, log)
     return {
         "returned": sorted(first[t] - returned[t] for t in returned),
         "called": sorted(first[t] - called[t] for t in called),

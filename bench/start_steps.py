@@ -31,16 +31,13 @@ import bisect
 import os
 import statistics
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
 import orjson
 
-from bench.dispatch import _drop, _settings, _start_executor, _wait_done
-from db.database import unit
+from bench.dispatch import _drop, _settings, paced_run
 from db.keys import Keys
-from db.models import Task
 from db.schema import init_schema
 from db.streams import Streams, connect
 
@@ -115,47 +112,18 @@ def _pct(values: list[float], q: float) -> float:
 def measure(n: int, rate: float) -> tuple[dict[str, list[float]], list[float], int]:
     """The paced run on a database and key prefix of its own (dropped after): :func:`split`'s
     figures."""
-    from ingest.producer import enqueue_tasks
-
     name = f"bench_{uuid.uuid4().hex[:8]}"
     settings = _settings(name, 10)
     init_schema(settings.db_url)
     Streams(connect(settings), Keys(settings.key_prefix)).ensure_group()
     log = Path(f"/tmp/{name}.log")
     stamps_file = Path(tempfile.gettempdir()) / f"{name}.stamps.json"
-    client = connect(settings)
-    returned: dict[str, float] = {}
     try:
-        proc = _start_executor(
-            settings, "bench_1", log, {"BENCH_STAMPS_FILE": str(stamps_file)}, module="bench.stamped_executor"
+        _, returned, first = paced_run(
+            settings, n, rate, log, {"BENCH_STAMPS_FILE": str(stamps_file)}, module="bench.stamped_executor"
         )
-        try:
-            up_by = time.monotonic() + 60
-            while not client.exists(Keys(settings.key_prefix).executor("bench_1")):
-                if proc.poll() is not None or time.monotonic() > up_by:
-                    raise SystemExit(f"the stamped executor did not start: see {log}")
-                time.sleep(0.05)
-            time.sleep(0.5)
-            period = 1.0 / rate
-            next_at = time.monotonic()
-            task = [{"task_type": "stamp", "priority": 0, "doc_id": ""}]
-            for _ in range(n):
-                next_at += period
-                time.sleep(max(0.0, next_at - time.monotonic()))
-                (task_id,) = enqueue_tasks(settings, task)
-                returned[task_id] = time.time() * 1000
-            _wait_done(list(returned), timeout_s=120)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=60)
-        with unit():
-            first = {
-                t: r["first_line_ms"]
-                for t, r in Task.select(Task.id, Task.result).where(Task.id.in_(list(returned))).tuples()
-            }
         stamps = [(str(s), float(b), float(e)) for s, b, e in orjson.loads(stamps_file.read_bytes())]
     finally:
-        client.close()
         stamps_file.unlink(missing_ok=True)
         _drop(settings)
     return split(stamps, returned, first)
