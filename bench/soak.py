@@ -92,7 +92,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from ingest.producer import enqueue_tasks, submit_documents
 
-    settings = fresh_settings(Settings.from_env(os.environ, tenant_max_running=1000))
+    # a database and key prefix of each kind's own: a soak of each kind at once, or beside
+    # bench/ingest.py, would otherwise drop and create the other's tables under it
+    settings = fresh_settings(
+        Settings.from_env(os.environ, tenant_max_running=1000),
+        db_name=f"soak_bench_{args.kind}",
+        prefix=f"soak_bench_{args.kind}",
+    )
     init_database(settings.db_url)
     env = {
         **os.environ,
