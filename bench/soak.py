@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from ingest.producer import enqueue_tasks, submit_documents
 
-    # a database and key prefix of each kind's own: a soak of each kind at once, or beside
+    # a database and key prefix of each kind's own: two soaks of different kinds at once, or one beside
     # bench/ingest.py, would otherwise drop and create the other's tables under it
     settings = fresh_settings(
         Settings.from_env(os.environ, tenant_max_running=1000),
